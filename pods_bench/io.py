@@ -1,0 +1,104 @@
+"""Crash-safe writing of result files.
+
+Readers must never see a half-written file, so whole files are written to a temporary file in the
+same folder and renamed over the target (rename is atomic on POSIX). JSON Lines logs are appended
+one complete line at a time and fsynced; on resume they are truncated back to the last checkpoint
+(`truncate_jsonl`), so a crash loses or duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pods_bench.errors import PodsBenchError
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Atomically produce `path` with a writer that takes a file path (e.g. `fig.savefig`,
+    `df.to_csv`). The writer sees a temporary path with the same suffix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> None:
+    """Append complete lines and fsync, so a crash leaves at most a torn last line that
+    `read_jsonl(..., drop_torn_tail=True)` and `truncate_jsonl` handle."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps(r, default=str) + "\n" for r in records)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:
+    """Read a JSON Lines file. A malformed line is an error naming file and line, except a torn
+    final line (no trailing newline) when `drop_torn_tail` is set: that is what a crash mid-append
+    leaves behind."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    torn = lines[-1] != ""
+    records = []
+    for i, line in enumerate(lines[:-1] if not torn else lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if drop_torn_tail and torn and i == len(lines):
+                break
+            raise PodsBenchError(f"{path}: line {i} is not valid JSON ({e.msg})") from None
+    return records
+
+
+def truncate_jsonl(path: str | os.PathLike, keep: Callable[[dict], bool]) -> int:
+    """Rewrite `path` atomically keeping only complete records for which `keep` is true (used on
+    resume: keep records up to the checkpoint being resumed). Returns how many were dropped."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    records = read_jsonl(path, drop_torn_tail=True)
+    kept = [r for r in records if keep(r)]
+    atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in kept))
+    return len(records) - len(kept)
