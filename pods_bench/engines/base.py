@@ -1,0 +1,63 @@
+"""What the trainer needs from a rollout engine, and nothing more.
+
+The trainer hands over rendered prompts and gets back n sampled completions per prompt as token
+ids (plus text and, where the engine has them, sampling log-probs); after every update it pushes
+the new weights with `sync_weights`. Which engine it talks to (HF generate, vLLM) is a config
+choice made in `pods_bench.engines.make_engine`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    # Per-call seed: the engine seeds its sampler with it, so a (config, seed, step) reproduces.
+    seed: int | None = None
+
+
+@dataclass
+class Rollouts:
+    """n completions for each of P prompts. Lists are indexed [prompt][sample]."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[list[int]]]  # token ids, no padding; ends with EOS if one was produced
+    completion_text: list[list[str]]  # decoded without special tokens
+    logprobs: list[list[list[float]]] | None = None  # per-token sampling log-probs, if the engine reports them
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(c) for group in self.completion_ids for c in group)
+
+
+class RolloutEngine(ABC):
+    """Samples completions from the current policy."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Rollouts:
+        """Sample n completions for each prompt (prompts are already rendered text)."""
+
+    @abstractmethod
+    def sync_weights(self, model) -> None:
+        """Make the engine sample from `model`'s current weights (called after every update)."""
+
+    def close(self) -> None:
+        """Release processes and memory. Safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
