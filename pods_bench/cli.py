@@ -50,6 +50,73 @@ def _tasks(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand("train", "train one run (GRPO or GRPO-PODS); rerun the same command to resume it")
+def _train(p: argparse.ArgumentParser):
+    p.add_argument("--config", help="YAML file of config keys (see pods_bench/config.py)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. selection.n=64 (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def handler(args):
+        from pods_bench.config import load_config
+        from pods_bench.train import train
+
+        run_dir = train(load_config(args.config, args.set), progress=not args.no_progress)
+        print(run_dir)
+
+    p.set_defaults(_handler=handler)
+
+
+@subcommand("evaluate", "evaluate every checkpoint of a run that lacks an eval record")
+def _evaluate(p: argparse.ArgumentParser):
+    p.add_argument("run_dir", help="a run folder (results/<experiment>/runs/<arm>/seed<k>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key of the run's config, e.g. eval.n_problems=100")
+
+    def handler(args):
+        from pods_bench.evaluate import evaluate_run
+
+        print(f"{evaluate_run(args.run_dir, args.set)} eval records written to {args.run_dir}")
+
+    p.set_defaults(_handler=handler)
+
+
+def _analysis_arguments(p: argparse.ArgumentParser, out: str) -> None:
+    """Arguments shared by `aggregate` and `plot`."""
+    p.add_argument("path", help="an experiment folder (results/<experiment>), a folder of them, or the paper's published logs")
+    p.add_argument("--kind", choices=["auto", "runs", "paper"], default="auto", help="what PATH holds (default: detect)")
+    p.add_argument("--experiment", action="append", help="only this experiment / published setting (repeatable)")
+    p.add_argument("--baseline", help="baseline arm (default: the GRPO arm)")
+    p.add_argument("--q", type=float, default=0.99, help="threshold T = q x the baseline's peak (default 0.99)")
+    p.add_argument("--benchmark", help="benchmark of the speedup (default: the setting's, e.g. gsm8k)")
+    p.add_argument("--metric", help="answer_acc, both_acc or format_acc (default: the setting's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--out", default=out, help=f"output root (default: {out}/)")
+
+
+@subcommand("aggregate", "time-to-peak speedups with bootstrap CIs, curves and step times -> <out>/<experiment>/summary/")
+def _aggregate(p: argparse.ArgumentParser):
+    _analysis_arguments(p, out="results")
+    p.add_argument("--bootstrap", type=int, default=9999, help="bootstrap resamples (0: no CIs)")
+
+    def handler(args):
+        from pods_bench.analysis import commands
+
+        return commands.cli_aggregate(args)
+
+    p.set_defaults(_handler=handler)
+
+
+@subcommand("plot", "accuracy, step-time and completion-length figures -> <out>/<experiment>/*.png|pdf")
+def _plot(p: argparse.ArgumentParser):
+    _analysis_arguments(p, out="figures")
+
+    def handler(args):
+        from pods_bench.analysis import commands
+
+        return commands.cli_plot(args)
+
+    p.set_defaults(_handler=handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pods-bench",

@@ -1,0 +1,200 @@
+"""Figures of one experiment, PNG and PDF, in `figures/<experiment>/`:
+
+- accuracy.{png,pdf}: test accuracy vs training time, mean over seeds with its 95 % band, per arm; the
+  threshold T and each arm's first checkpoint at or above it; beside it, seconds per training step
+  (stacked by phase for own runs).
+- accuracy-<family>.{png,pdf}: the same for each group of arms that varies one thing (n-scaling,
+  m-scaling, selection rule) when the experiment holds more arms than that group.
+- length.{png,pdf}: mean completion length vs training time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import scipy.stats  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from pods_bench.analysis.tables import UNIT_SECONDS, UNIT_WORDS, Summary, format_speedup, format_time  # noqa: E402
+from pods_bench.analysis.tidy import LENGTH_METRIC, PHASES  # noqa: E402
+from pods_bench.io import atomic_write_with  # noqa: E402
+
+BENCHMARK_NAMES = {"gsm8k": "GSM8K", "math500": "MATH-500", "amc23": "AMC23", "math": "MATH"}
+METRIC_NAMES = {"answer_acc": "accuracy", "both_acc": "answer + format accuracy", "format_acc": "format accuracy"}
+
+
+def plot_experiment(summary: Summary, out_root: str | Path) -> list[Path]:
+    """Draw every figure of the experiment; returns the files written."""
+    exp = summary.experiment
+    folder = Path(out_root) / exp.name
+    n = len(exp.arm_names)
+    colors = dict(zip(exp.arm_names, sns.color_palette("colorblind" if n <= 10 else "husl", max(n, 3))))
+    with plt.rc_context():  # the theme applies to these figures only
+        sns.set_theme(context="paper", style="whitegrid", font_scale=1.25)
+        paths = _save(accuracy_figure(summary, exp.arm_names, colors), folder / "accuracy")
+        for family, arms in arm_families(exp.arms, summary.baseline).items():
+            paths += _save(accuracy_figure(summary, arms, colors, title=family), folder / f"accuracy-{family}")
+        if not _curves(summary, LENGTH_METRIC).empty:
+            paths += _save(length_figure(summary, colors), folder / "length")
+    return paths
+
+
+def arm_families(arms: pd.DataFrame, baseline: str) -> dict[str, list[str]]:
+    """Groups of down-sampling arms that differ in one thing, each with the baseline first:
+    n-scaling (same m and rule), m-scaling (same n and rule), rule (same n and m)."""
+    selecting = arms[arms["n"] != arms["m"]]
+    found = []
+    for kind, keys, vary in (("n-scaling", ["m", "rule"], "n"), ("m-scaling", ["n", "rule"], "m"),
+                             ("rule", ["n", "m"], "rule")):
+        for key, group in selecting.groupby(keys, sort=False):  # arms keep their display order
+            if group[vary].nunique() >= 2:
+                members = [baseline] + [a for a in group["arm"] if a != baseline]
+                label = f"{keys[0]}{key[0]}" if kind != "rule" else f"n{key[0]}-m{key[1]}"
+                if len(members) >= 3 and set(members) != set(arms["arm"]):
+                    found.append((kind, label, members))
+    kinds = [kind for kind, _, _ in found]
+    return {(kind if kinds.count(kind) == 1 else f"{kind}-{label}"): members for kind, label, members in found}
+
+
+def _time_label(summary: Summary) -> str:
+    return f"Training time ({UNIT_WORDS[summary.time_unit]}) on {summary.experiment.hardware}"
+
+
+def _curves(summary: Summary, metric: str) -> pd.DataFrame:
+    c = summary.curves
+    return c[(c["benchmark"] == summary.benchmark) & (c["metric"] == metric)]
+
+
+def _draw_curves(ax, curves: pd.DataFrame, arms: list[str], colors: dict, scale: float, unit: str, labels: dict):
+    for arm in arms:
+        c = curves[curves["arm"] == arm]
+        x = c["time_s"] / UNIT_SECONDS[unit]
+        ax.plot(x, c["mean"] * scale, marker="o", markersize=3.5, lw=1.6, color=colors[arm], label=labels.get(arm, arm))
+        ax.fill_between(x, c["ci_low"] * scale, c["ci_high"] * scale, color=colors[arm], alpha=0.18, lw=0)
+
+
+def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str | None = None):
+    exp, unit, s = summary.experiment, summary.time_unit, summary.speedups.set_index("arm")
+    curves = _curves(summary, summary.metric)
+    legend_rows = -(-(len(arms) + 1) // 2)  # the legend sits below: make room for it
+    fig, (ax, ax_bars) = plt.subplots(1, 2, figsize=(11, 3.9 + 0.22 * legend_rows), width_ratios=[2.2, 1],
+                                      layout="constrained")
+
+    labels = {}
+    for arm in arms:
+        r = s.loc[arm]
+        reached = f"T at {format_time(r['t_arm_s'], unit)}" if np.isfinite(r["t_arm_s"]) else "T not reached"
+        labels[arm] = f"{arm} (baseline): {reached}" if r["is_baseline"] else \
+            f"{arm}: {reached}, {format_speedup(r, with_ci=False)}"
+    _draw_curves(ax, curves, arms, colors, 100, unit, labels)
+
+    # y range: when the base model sits far below the trained checkpoints (further than their own
+    # spread), show the checkpoints after the start and note where the start is
+    shown = curves[curves["arm"].isin(arms)]
+    after = shown[shown["time_s"] > 0]
+    # (a single seed has no band: NaN limits are skipped)
+    low, high = after[["mean", "ci_low"]].min().min() * 100, after[["mean", "ci_high"]].max().max() * 100
+    start = shown[shown["time_s"] == 0]["mean"].min() * 100
+    clip_start = start < low - (high - low)
+    if not clip_start:
+        low = min(low, shown[["mean", "ci_low"]].min().min() * 100)
+    pad = 0.06 * (high - low)
+    ax.set_ylim(low - pad, high + pad)
+    if clip_start:
+        ax.annotate(f"start {start:.1f} % (below)", xy=(0, low - pad), xytext=(4, 4),
+                    textcoords="offset points", fontsize=9, color="0.35")
+
+    threshold = s.loc[summary.baseline, "threshold"] * 100
+    crossings = {arm: s.loc[arm, "t_arm_s"] / UNIT_SECONDS[unit] for arm in arms}
+    _mark_threshold(ax, threshold, crossings, colors, low - pad,
+                    label=f"T = {summary.options.q:g} × {summary.baseline} peak = {threshold:.2f} %; "
+                    "◆ first checkpoint ≥ T")
+    ax.set_xlim(left=0)
+
+    # when the whole run spans far more than the band around T, zoom in on the crossings
+    top = after["mean"].max() * 100
+    window = (threshold - 3.0, top + 1.0)
+    if high - low > 5 * (window[1] - window[0]):
+        zoom = ax.inset_axes([0.5, 0.16, 0.48, 0.45])
+        zoom.set_facecolor("white")  # hide the main panel's drop lines behind it
+        _draw_curves(zoom, curves, arms, colors, 100, unit, {})
+        _mark_threshold(zoom, threshold, crossings, colors, window[0])
+        first = min((t for t in crossings.values() if np.isfinite(t)), default=0.0)
+        zoom.set_xlim(max(0.0, first - 0.25 * (ax.get_xlim()[1] - first)), ax.get_xlim()[1])
+        zoom.set_ylim(*window)
+        zoom.tick_params(labelsize=8)
+        zoom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+        ax.indicate_inset_zoom(zoom, edgecolor="0.4")
+    ax.set_xlabel(_time_label(summary))
+    ax.set_ylabel(f"{BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} "
+                  f"{METRIC_NAMES.get(summary.metric, summary.metric)} (%)")
+    if title:
+        ax.set_title(f"{exp.name}: {title}", loc="left", fontsize=11)
+
+    _draw_step_times(ax_bars, summary, arms, colors)
+    handles, texts = ax.get_legend_handles_labels()
+    fig.legend(handles, texts, loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+    return fig
+
+
+def _mark_threshold(ax, threshold: float, crossings: dict[str, float], colors: dict, bottom: float, label=None):
+    """The threshold line, and a dotted drop line and diamond at each arm's first checkpoint >= T."""
+    ax.axhline(threshold, ls="--", lw=1, color="0.3", label=label)
+    for arm, x in crossings.items():
+        if np.isfinite(x):
+            ax.vlines(x, bottom, threshold, colors=[colors[arm]], linestyles=":", lw=1.4)
+            ax.plot([x], [threshold], marker="D", markersize=6, color=colors[arm], markeredgecolor="black", zorder=5)
+
+
+def _draw_step_times(ax, summary: Summary, arms: list[str], colors: dict):
+    """Horizontal bars of mean seconds per step (stacked by phase when phases were logged), with
+    the 95 % t-interval of the total over seeds."""
+    st = summary.experiment.step_times
+    y = np.arange(len(arms))[::-1]
+    phases = [p for p in PHASES if p in set(st["phase"])]
+    totals = []
+    for arm in arms:
+        v = st[(st["arm"] == arm) & (st["phase"] == "total")]["seconds_per_step"]
+        half = scipy.stats.t.ppf(0.975, len(v) - 1) * v.std() / np.sqrt(len(v)) if len(v) > 1 else 0.0
+        totals.append((v.mean() if len(v) else np.nan, half))
+    if phases:
+        left = np.zeros(len(arms))
+        palette = dict(zip(PHASES, sns.color_palette("Set2", len(PHASES))))
+        for phase in phases:
+            width = np.array([st[(st["arm"] == a) & (st["phase"] == phase)]["seconds_per_step"].mean() for a in arms])
+            width = np.nan_to_num(width)
+            ax.barh(y, width, left=left, color=palette[phase], label=phase, height=0.6)
+            left += width
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncols=3, frameon=False)
+    else:
+        ax.barh(y, [t for t, _ in totals], color=[colors[a] for a in arms], height=0.6)
+    ax.errorbar([t for t, _ in totals], y, xerr=[h for _, h in totals], fmt="none", ecolor="black", capsize=3, lw=1)
+    ax.set_yticks(y, arms)
+    ax.set_xlabel(f"Seconds per training step\non {summary.experiment.hardware}")
+    ax.grid(axis="y", visible=False)
+
+
+def length_figure(summary: Summary, colors: dict):
+    arms = summary.experiment.arm_names
+    curves = _curves(summary, LENGTH_METRIC)
+    fig, ax = plt.subplots(figsize=(11, 3.8), layout="constrained")
+    _draw_curves(ax, curves, arms, colors, 1, summary.time_unit, {})
+    ax.set_xlim(left=0)
+    ax.set_xlabel(_time_label(summary))
+    ax.set_ylabel(f"Mean completion length\non {BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} (tokens)")
+    fig.legend(loc="outside right upper", fontsize=9, frameon=False)
+    return fig
+
+
+def _save(fig, stem: Path) -> list[Path]:
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        atomic_write_with(path, lambda p: fig.savefig(p, dpi=200))
+    plt.close(fig)
+    return paths

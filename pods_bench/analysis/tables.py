@@ -1,0 +1,191 @@
+"""Summary tables of one experiment and writing them to `results/<experiment>/summary/`:
+
+- speedups.csv   one row per arm: the paper's time-to-peak speedup with bootstrap CI and censoring,
+                 its companions, peak accuracy, mean accuracy over the baseline's budget, s/step
+- curves.csv     per arm, benchmark, metric and checkpoint time: mean over seeds, seed sd / sem,
+                 95 % t-interval, and the binomial standard error of one evaluation,
+                 sqrt(p (1 - p) / (n_problems x repeats)), for the accuracy metrics
+- step_times.csv seconds per training step per arm, seed and phase
+- speedups.md / speedups.tex  the speedup table for reading and for the paper
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+from pods_bench.analysis.speedup import GAIN_FRACTIONS, compare_arms
+from pods_bench.analysis.tidy import ACCURACY_METRICS, Experiment
+from pods_bench.io import atomic_write_text, atomic_write_with
+
+# what `aggregate` writes to <out>/<experiment>/summary/ (the outputs a workflow rule declares)
+SUMMARY_FILES = ("speedups.csv", "curves.csv", "step_times.csv", "speedups.md", "speedups.tex")
+UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+UNIT_WORDS = {"s": "seconds", "min": "minutes", "h": "hours"}
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    baseline: str | None = None  # arm name; default: the experiment's GRPO arm
+    q: float = 0.99
+    benchmark: str | None = None  # default: the benchmark the paper reports for the setting
+    metric: str | None = None  # default: answer_acc (both_acc for the published Llama runs)
+    n_bootstrap: int = 9999
+    seed: int = 0
+
+
+@dataclass
+class Summary:
+    experiment: Experiment
+    baseline: str
+    benchmark: str
+    metric: str
+    options: AnalysisOptions
+    speedups: pd.DataFrame
+    curves: pd.DataFrame
+
+    @property
+    def time_unit(self) -> str:
+        return time_unit(self.experiment, float(self.speedups["budget_s"].iloc[0]))
+
+
+def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), progress: bool = True) -> Summary:
+    baseline, benchmark, metric = exp.resolve(options.baseline, options.benchmark, options.metric)
+    speedups = compare_arms(exp, baseline, benchmark, metric, q=options.q, n_bootstrap=options.n_bootstrap,
+                            seed=options.seed, progress=progress)
+    return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp))
+
+
+def curve_table(exp: Experiment) -> pd.DataFrame:
+    keys = ["experiment", "arm", "benchmark", "metric", "time_s"]
+    g = exp.evals.groupby(keys, sort=True)
+    curves = g["value"].agg(mean="mean", sd="std", n_seeds="count").reset_index()
+    curves["n_problems"] = g["n_problems"].max().to_numpy()
+    curves["n_repeats"] = g["n_repeats"].median().to_numpy()
+    curves["sem"] = curves["sd"] / np.sqrt(curves["n_seeds"])
+    half = scipy.stats.t.ppf(0.975, curves["n_seeds"].clip(lower=2) - 1) * curves["sem"]
+    is_accuracy = curves["metric"].isin(ACCURACY_METRICS)
+    low, high = curves["mean"] - half, curves["mean"] + half
+    curves["ci_low"] = low.where(~is_accuracy, low.clip(lower=0))  # accuracies stay in [0, 1]
+    curves["ci_high"] = high.where(~is_accuracy, high.clip(upper=1))
+    p = curves["mean"].clip(0, 1)
+    n_answers = curves["n_problems"].astype(float) * curves["n_repeats"]
+    # evaluation noise alone: one run's checkpoint, and the mean over the seeds
+    curves["binomial_se"] = np.where(is_accuracy, np.sqrt(p * (1 - p) / n_answers), np.nan)
+    curves["binomial_se_mean"] = curves["binomial_se"] / np.sqrt(curves["n_seeds"])
+    order = {a: i for i, a in enumerate(exp.arm_names)}
+    return curves.sort_values(["benchmark", "metric", "arm", "time_s"], ignore_index=True,
+                              key=lambda c: c.map(order) if c.name == "arm" else c)
+
+
+def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
+    """Write the summary files atomically to `<out_root>/<experiment>/summary/`."""
+    folder = Path(out_root) / summary.experiment.name / "summary"
+    tables = {"speedups.csv": summary.speedups, "curves.csv": summary.curves,
+              "step_times.csv": summary.experiment.step_times}
+    paths = []
+    for name, table in tables.items():
+        atomic_write_with(folder / name, lambda p, t=table: t.to_csv(p, index=False))
+        paths.append(folder / name)
+    atomic_write_text(folder / "speedups.md", markdown_table(summary))
+    atomic_write_text(folder / "speedups.tex", latex_table(summary))
+    return paths + [folder / "speedups.md", folder / "speedups.tex"]
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+
+def time_unit(exp: Experiment, budget_s: float) -> str:
+    if exp.time_unit:
+        return exp.time_unit
+    return "h" if budget_s >= 3 * 3600 else "min" if budget_s >= 5 * 60 else "s"
+
+
+def format_time(seconds: float, unit: str) -> str:
+    if not np.isfinite(seconds):
+        return "never"
+    value = seconds / UNIT_SECONDS[unit]
+    return f"{value:.3g} {unit}"
+
+
+def _ci(low, high, digits: int, scale: float = 1.0) -> str:
+    return "" if pd.isna(low) else f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+
+
+def format_speedup(row: pd.Series, column: str = "speedup", latex: bool = False, with_ci: bool = True) -> str:
+    value, bound = row[column], row[f"{column}_bound"]
+    if bound == "n/a" or pd.isna(value):
+        return "n/a"
+    marks = {"<": "$<$", ">=": "$\\geq$"} if latex else {"<": "<", ">=": ">="}
+    text = f"{marks.get(bound, '')}{value:.2f}x"
+    if with_ci and not row["is_baseline"]:
+        text += _ci(row[f"{column}_ci_low"], row[f"{column}_ci_high"], 2)
+    return text
+
+
+def _display_table(summary: Summary, latex: bool) -> pd.DataFrame:
+    s, unit = summary.speedups, summary.time_unit
+    pct = "\\%" if latex else "%"
+    gain = round(GAIN_FRACTIONS[1] * 100)
+    rows = []
+    for _, r in s.iterrows():
+        rows.append({
+            "Arm": r["arm"] + (" (baseline)" if r["is_baseline"] else ""),
+            "n/m": f"{r['n']}/{r['m']}",
+            "Rule": str(r["rule"]).replace("_", " "),
+            "Seeds": int(r["n_seeds"]),
+            f"Peak ({pct})": f"{r['peak'] * 100:.1f}" + _ci(r["peak_ci_low"], r["peak_ci_high"], 1, 100),
+            "Time to T": format_time(r["t_arm_s"], unit) if np.isfinite(r["t_arm_s"])
+            else f"> {format_time(r['t_arm_last_s'], unit)}",
+            "Speedup": format_speedup(r, latex=latex),
+            "Speedup (interp.)": format_speedup(r, "speedup_interp", latex=latex),
+            f"Speedup to {gain}{pct} of gain": format_speedup(r, f"speedup_gain{gain}", latex=latex),
+            f"Mean acc. over budget ({pct})": f"{r['mean_over_budget'] * 100:.1f}"
+            + _ci(r["mean_over_budget_ci_low"], r["mean_over_budget_ci_high"], 1, 100),
+            "s/step": f"{r['seconds_per_step']:.3g}" if pd.notna(r["seconds_per_step"]) else "",
+        })
+    return pd.DataFrame(rows)
+
+
+def caption(summary: Summary) -> str:
+    s, r = summary.speedups, summary.speedups.iloc[0]
+    exp, unit = summary.experiment, summary.time_unit
+    n_boot = int(s["n_bootstrap"].max())
+    text = (f"{exp.name}: {summary.benchmark} {summary.metric}, training on {exp.hardware}. "
+            f"T = {summary.options.q:g} x peak of {summary.baseline} = {r['threshold'] * 100:.2f} %; "
+            f"speedup = time for {summary.baseline} to reach T / time for the arm (first checkpoint at or above T; "
+            f"{summary.baseline} reaches T at {format_time(r['t_baseline_s'], unit)}). "
+            f"Budget {format_time(r['budget_s'], unit)}. "
+            + (f"[95 % CI]: percentile bootstrap over seeds, {n_boot} resamples. " if n_boot
+               else "No CIs (single seed or no resampling). ")
+            + "'<': the arm never reaches T (upper bound); "
+            "'>=': the baseline peaks at its last checkpoint (lower bound). "
+            "Interp.: crossing times interpolated between checkpoints. "
+            f"Gain: time to reach start + {GAIN_FRACTIONS[1]:g} x ({summary.baseline} peak - start), interpolated. "
+            f"Mean acc. over budget: area under the curve / {summary.baseline}'s budget.")
+    # evaluation noise beside the 1 - q band the paper's statistic resolves
+    c = summary.curves
+    at_t = c[(c["arm"] == summary.baseline) & (c["benchmark"] == summary.benchmark)
+             & (c["metric"] == summary.metric) & (c["time_s"] == r["t_baseline_s"])]
+    if len(at_t) and pd.notna(at_t["binomial_se"].iloc[0]):
+        text += (f" Evaluation noise at T: binomial SE {at_t['binomial_se'].iloc[0] * 100:.2f} points for one run, "
+                 f"{at_t['binomial_se_mean'].iloc[0] * 100:.2f} for the mean of {int(at_t['n_seeds'].iloc[0])} seeds; "
+                 f"the band T..peak is {(1 - summary.options.q) * r['peak'] * 100:.2f} points.")
+    return text
+
+
+def markdown_table(summary: Summary) -> str:
+    return f"{caption(summary)}\n\n{_display_table(summary, latex=False).to_markdown(index=False)}\n"
+
+
+def latex_table(summary: Summary) -> str:
+    text = caption(summary).replace("%", "\\%").replace("_", "\\_").replace("×", "$\\times$")
+    text = text.replace(">=", "$\\geq$").replace("'<'", "'$<$'")
+    table = _display_table(summary, latex=True)
+    table["Arm"] = table["Arm"].str.replace("_", "\\_")
+    return table.to_latex(index=False, escape=False, caption=text, label=f"tab:{summary.experiment.name}",
+                          column_format="l" + "r" * (table.shape[1] - 1))

@@ -1,0 +1,167 @@
+"""Own runs in the results contract -> tables and figures, through the `aggregate` and `plot` commands.
+The fixtures are written with the project's own result writers, as the trainer writes them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pods_bench.analysis.load import load_experiments
+from pods_bench.analysis.tables import SUMMARY_FILES
+from pods_bench.cli import main
+from pods_bench.io import append_jsonl, atomic_write_json
+
+# accuracy at checkpoint k (every ~10 s): GRPO reaches T = 0.99 * 0.9 at 40 s, PODS at 20 s
+CURVES = {"grpo": [0.2, 0.4, 0.6, 0.8, 0.9, 0.9], "pods": [0.2, 0.6, 0.9, 0.9, 0.9, 0.9]}
+PHASE_SECONDS = {
+    "grpo": dict(time_gen_s=0.3, time_reward_s=0.05, time_select_s=0.0, time_update_s=0.4, time_sync_s=0.02),
+    "pods": dict(time_gen_s=0.3, time_reward_s=0.05, time_select_s=0.01, time_update_s=0.1, time_sync_s=0.02),
+}
+N_M = {"grpo": (4, 4), "pods": (16, 4)}
+JITTER = {0: -0.2, 1: 0.0, 2: 0.2}  # checkpoints fire a little early or late; the median is on time
+
+
+def write_run(experiment: Path, arm: str, seed: int) -> Path:
+    folder = experiment / "runs" / arm / f"seed{seed}"
+    n, m = N_M[arm]
+    atomic_write_json(folder / "run.json", {
+        "experiment": experiment.name, "arm": arm, "seed": seed,
+        "config": {"selection": {"rule": "max_variance" if n > m else "all", "n": n, "m": m},
+                   "budget": {"checkpoint_every_s": 10.0}},
+        "versions": {"pods-bench": "0.1.0"},
+        "hardware": {"label": "Test CPU (2 threads)", "cpu": "Test CPU", "torch_threads": 2, "gpus": []},
+        "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:01:00", "status": "finished"})
+    step_s = sum(PHASE_SECONDS[arm].values()) + 0.03  # 0.03 s per step not in any phase
+    steps = int(55 / step_s)
+    append_jsonl(folder / "train_log.jsonl", [
+        dict(step=s, train_time_s=s * step_s, **PHASE_SECONDS[arm], prompts=8, n=n, m=m, generated_tokens=8 * n * 20,
+             trained_tokens=8 * m * 20, reward_mean=0.5, reward_std=0.3, reward_mean_kept=0.5, reward_std_kept=0.4,
+             zero_variance_frac=0.1, completion_len_mean=20.0, loss=0.1, grad_norm=1.0, lr=1e-4)
+        for s in range(1, steps + 1)])
+    evals = []
+    for k, acc in enumerate(CURVES[arm]):
+        t = 0.0 if k == 0 else 10.0 * k + JITTER[seed]
+        step = round(t / step_s)
+        evals.append(dict(checkpoint=f"step-{step:06d}", step=step, train_time_s=t, benchmark="arith", n_problems=200,
+                          repeats=2, answer_acc=[acc, acc], format_acc=[1.0, 1.0], both_acc=[acc, acc],
+                          mean_length=[20.0 - k, 20.0 - k], examples=[{"question": "Q:1+2-1=", "completion": "A:2"}]))
+    append_jsonl(folder / "eval.jsonl", evals)
+    return folder
+
+
+@pytest.fixture
+def experiment(tmp_path) -> Path:
+    root = tmp_path / "results" / "smoke-equal-rollouts"
+    for arm in CURVES:
+        for seed in JITTER:
+            write_run(root, arm, seed)
+    return root
+
+
+def test_own_runs_load_into_the_tidy_table(experiment):
+    (exp,), warnings = load_experiments(experiment, progress=False)
+    assert warnings == [] and exp.name == "smoke-equal-rollouts" and exp.source == "runs"
+    assert exp.arm_names == ["grpo", "pods"] and exp.default_baseline == "grpo"
+    assert exp.arms.set_index("arm").loc["pods"].to_dict() == {"n": 16, "m": 4, "rule": "max_variance"}
+    assert exp.hardware == "Test CPU (2 threads)" and exp.default_benchmark == "arith"
+    acc = exp.evals[exp.evals["metric"] == "answer_acc"]
+    assert sorted(acc["time_s"].unique()) == [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]  # seeds aligned
+    assert sorted(acc[acc["time_s"] == 10.0]["raw_time_s"]) == [9.8, 9.8, 10.0, 10.0, 10.2, 10.2]
+    assert (acc["n_repeats"] == 2).all() and (acc["n_problems"] == 200).all()
+    steps = exp.step_times[exp.step_times["arm"] == "pods"].groupby("phase")["seconds_per_step"].mean()
+    assert steps["total"] == pytest.approx(0.51)
+    assert steps[["generation", "rewards", "selection", "update", "sync", "other"]].sum() == pytest.approx(0.51)
+    assert steps["other"] == pytest.approx(0.03)
+
+
+def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsys):
+    out, figures = tmp_path / "summary-root", tmp_path / "figures"
+    assert main(["aggregate", str(experiment), "--out", str(out), "--bootstrap", "200"]) == 0
+    assert "pods: speedup 2.00x" in capsys.readouterr().out
+    summary = out / "smoke-equal-rollouts" / "summary"
+    speedups = pd.read_csv(summary / "speedups.csv").set_index("arm")
+    assert speedups.loc["pods", "speedup"] == pytest.approx(2.0)
+    assert speedups.loc["pods", "threshold"] == pytest.approx(0.891)
+    assert speedups.loc["pods", "speedup_ci_low"] == speedups.loc["pods", "speedup_ci_high"] == pytest.approx(2.0)
+    assert speedups.loc["pods", "seconds_per_step"] == pytest.approx(0.51)
+    curves = pd.read_csv(summary / "curves.csv")
+    row = curves[(curves["arm"] == "grpo") & (curves["metric"] == "answer_acc") & (curves["time_s"] == 30.0)].iloc[0]
+    assert row["mean"] == pytest.approx(0.8) and row["binomial_se"] == pytest.approx((0.8 * 0.2 / 400) ** 0.5)
+    assert set(pd.read_csv(summary / "step_times.csv")["phase"]) >= {"total", "generation", "update", "other"}
+    assert "| pods " in (summary / "speedups.md").read_text()
+    assert "\\begin{tabular}" in (summary / "speedups.tex").read_text()
+    assert sorted(p.name for p in summary.iterdir()) == sorted(SUMMARY_FILES)  # and no temporary files
+
+    assert main(["plot", str(experiment), "--out", str(figures)]) == 0
+    for stem in ("accuracy", "length"):
+        assert (figures / "smoke-equal-rollouts" / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (figures / "smoke-equal-rollouts" / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_a_single_seed_gives_numbers_without_intervals(tmp_path, capsys):
+    root = tmp_path / "results" / "one-seed"
+    for arm in CURVES:
+        write_run(root, arm, seed=1)
+    assert main(["aggregate", str(root), "--out", str(tmp_path / "results"), "--bootstrap", "100"]) == 0
+    speedups = pd.read_csv(root / "summary" / "speedups.csv").set_index("arm")
+    assert speedups.loc["pods", "speedup"] == pytest.approx(2.0) and speedups.loc["pods", "n_bootstrap"] == 0
+    assert speedups[["speedup_ci_low", "peak_ci_low"]].isna().all().all()
+    assert "No CIs" in (root / "summary" / "speedups.md").read_text()
+    assert main(["plot", str(root), "--out", str(tmp_path / "figures")]) == 0
+    assert (tmp_path / "figures" / "one-seed" / "accuracy.png").stat().st_size > 10_000
+
+
+def test_a_seed_missing_a_checkpoint_is_flagged(experiment):
+    eval_path = experiment / "runs" / "grpo" / "seed2" / "eval.jsonl"
+    lines = eval_path.read_text().splitlines(keepends=True)
+    eval_path.write_text("".join(lines[:2] + lines[3:]))  # its evaluation at ~20 s is lost
+    _, warnings = load_experiments(experiment, progress=False)
+    assert len(warnings) == 1 and warnings[0].startswith("arm grpo: the seeds' k-th checkpoints differ by up to 10")
+
+
+def test_a_truncated_last_line_is_dropped_with_a_warning(experiment):
+    eval_path = experiment / "runs" / "pods" / "seed1" / "eval.jsonl"
+    with open(eval_path, "a") as f:
+        f.write('{"checkpoint": "step-000200", "step": 2')  # a crash in the middle of a line
+    (exp,), warnings = load_experiments(experiment, progress=False)
+    assert warnings == [f"{eval_path}: dropped a truncated last line"]
+    assert len(exp.evals[(exp.evals["arm"] == "pods") & (exp.evals["seed"] == 1)]) == 6 * 4
+
+
+def test_broken_runs_are_skipped_and_the_others_load(experiment, capsys):
+    broken = experiment / "runs" / "pods" / "seed1" / "eval.jsonl"
+    lines = broken.read_text().splitlines()
+    broken.write_text("\n".join(lines[:2] + ["{not json"] + lines[2:]) + "\n")
+    (experiment / "runs" / "grpo" / "seed2" / "eval.jsonl").write_text("")
+    (exp,), warnings = load_experiments(experiment, progress=False)
+    assert len(warnings) == 2
+    assert f"{broken}: line 3 is not valid JSON" in warnings[0] + warnings[1]
+    assert any("seed2: skipped (eval.jsonl is empty)" in w for w in warnings)
+    assert exp.evals.groupby("arm")["seed"].nunique().to_dict() == {"grpo": 2, "pods": 2}
+    # through the command: warnings on stderr, results still written
+    assert main(["aggregate", str(experiment), "--out", str(experiment.parent), "--bootstrap", "0"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("pods-bench: warning: ") == 2 and "Traceback" not in err
+
+
+def test_an_unknown_baseline_is_a_one_line_error(experiment, capsys):
+    assert main(["aggregate", str(experiment), "--baseline", "ppo", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "pods-bench: error: smoke-equal-rollouts: no arm named 'ppo' (arms: grpo, pods)"
+
+
+def test_nothing_loadable_exits_2_with_one_stderr_line(tmp_path):
+    folder = tmp_path / "results" / "broken"
+    (folder / "runs" / "grpo" / "seed0").mkdir(parents=True)
+    (folder / "runs" / "grpo" / "seed0" / "run.json").write_text("{}")
+    (folder / "runs" / "grpo" / "seed0" / "eval.jsonl").write_text('{"step": 0}\n{"step"\n')
+    result = subprocess.run([sys.executable, "-m", "pods_bench.cli", "aggregate", str(folder), "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pods-bench: error: ") and "Traceback" not in result.stderr
+    assert "eval.jsonl: line 2 is not valid JSON" in lines[0]
