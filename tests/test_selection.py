@@ -1,0 +1,252 @@
+"""Selection rules against brute force over all C(n, m) subsets, plus validation and advantages."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pods_bench.errors import PodsBenchError
+from pods_bench.selection import (
+    SELECTION_RULES,
+    _order_keys,
+    group_advantages,
+    nonuniform_groups,
+    select,
+)
+
+# The paper's GSM8K reward: correctness 0/1 plus up to 0.2 of format terms in steps of 0.025.
+GSM8K_LEVELS = [c + f / 40 for c in (0.0, 1.0) for f in range(9)]
+REWARD_VALUES = {
+    "binary": st.sampled_from([0.0, 1.0]),
+    "gsm8k": st.sampled_from(GSM8K_LEVELS),
+    "float": st.floats(-1e3, 1e3, width=32),
+}
+settings.register_profile("selection", deadline=None, max_examples=60)
+settings.load_profile("selection")
+
+
+@st.composite
+def reward_matrices(draw, values=REWARD_VALUES["gsm8k"], max_n=12, max_prompts=3):
+    """(rewards (P, n) float32, m) with 1 <= m <= n <= max_n."""
+    n = draw(st.integers(1, max_n))
+    prompts = draw(st.integers(1, max_prompts))
+    rows = draw(st.lists(st.lists(values, min_size=n, max_size=n), min_size=prompts, max_size=prompts))
+    return torch.tensor(rows, dtype=torch.float32), draw(st.integers(1, n))
+
+
+@lru_cache(maxsize=None)
+def all_subsets(n: int, m: int) -> np.ndarray:
+    return np.array(list(itertools.combinations(range(n), m)), dtype=np.int64).reshape(-1, m)
+
+
+def kept(rewards: torch.Tensor, indices: torch.Tensor) -> np.ndarray:
+    return rewards.double().gather(1, indices).numpy()
+
+
+def assert_valid_indices(indices: torch.Tensor, prompts: int, n: int, m: int):
+    assert indices.shape == (prompts, m) and indices.dtype == torch.int64
+    assert ((indices >= 0) & (indices < n)).all()
+    assert (indices.sort(1).values.diff(1) > 0).all(), "indices must be unique per row"
+
+
+# --- max_variance ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", list(REWARD_VALUES))
+@given(data=st.data())
+def test_max_variance_matches_brute_force(values, data):
+    rewards, m = data.draw(reward_matrices(REWARD_VALUES[values]))
+    indices = select("max_variance", rewards, m)
+    assert_valid_indices(indices, *rewards.shape, m)
+    r = rewards.double().numpy()
+    best = r[:, all_subsets(r.shape[1], m)].var(axis=2).max(axis=1)  # over all C(n, m) subsets
+    got = kept(rewards, indices).var(axis=1)
+    scale = (r.max(1) - r.min(1)) ** 2
+    np.testing.assert_allclose(got, best, rtol=0, atol=1e-9 * scale.max() + 1e-12)
+
+
+def stable_split_reference(row: list[float], m: int) -> list[int]:
+    """The documented rule, spelled out: stable ascending sort, exact variances (fractions),
+    smallest k (number of top rewards) among the best splits, indices in ascending reward order."""
+    order = sorted(range(len(row)), key=lambda i: row[i])  # Python's sort is stable
+    n, best = len(row), None
+    for k in range(m + 1):
+        subset = order[: m - k] + order[n - k :]
+        values = [Fraction(row[i]) for i in subset]
+        mean = sum(values) / m
+        var = sum((v - mean) ** 2 for v in values)
+        if best is None or var > best[0]:
+            best = (var, subset)
+    return best[1]
+
+
+@pytest.mark.parametrize("values", ["binary", "gsm8k"])
+@given(data=st.data())
+def test_max_variance_tie_breaking_is_the_documented_one(values, data):
+    rewards, m = data.draw(reward_matrices(REWARD_VALUES[values], max_n=20))
+    expected = [stable_split_reference(row, m) for row in rewards.tolist()]
+    assert select("max_variance", rewards, m).tolist() == expected
+
+
+def test_max_variance_examples_and_edge_cases():
+    r = torch.tensor([[0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0]])
+    assert select("max_variance", r, 4).tolist() == [[0, 3, 2, 5]]  # two 0s (lowest index) + two 1s
+    assert select("max_variance", r, 1).tolist() == [[0]]  # m = 1: variance 0 anyway, lowest reward
+    assert sorted(select("max_variance", r, 8)[0].tolist()) == list(range(8))  # m = n: everything
+    # the optimum needs both ends, not the top m: {0, 10, 10} beats {10, 10, 9}
+    assert sorted(select("max_variance", torch.tensor([[10.0, 9.0, 0.0, 10.0]]), 3)[0].tolist()) == [0, 2, 3]
+    # float64, integer and boolean rewards are accepted; no prompts gives no rows
+    assert select("max_variance", r.double(), 4).tolist() == [[0, 3, 2, 5]]
+    assert select("max_variance", r.long(), 4).tolist() == [[0, 3, 2, 5]]
+    assert select("max_variance", r.bool(), 4).tolist() == [[0, 3, 2, 5]]
+    for rule in ("max_variance", "max_reward", "random", "max_abs_advantage"):
+        assert select(rule, torch.zeros(0, 5), 2).shape == (0, 2)
+    for dtype in (torch.float32, torch.float64):  # the input is never modified
+        rewards = torch.tensor([[-0.0, -2.0, 3.0, 0.5]], dtype=dtype)
+        select("max_variance", rewards, 2)
+        assert rewards.tolist() == [[-0.0, -2.0, 3.0, 0.5]] and rewards[0, 0].signbit()
+
+
+def test_max_variance_is_deterministic_and_precise_at_scale():
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.tensor(GSM8K_LEVELS)[torch.randint(len(GSM8K_LEVELS), (256, 1024), generator=g)]
+    first = select("max_variance", rewards, 16)
+    assert torch.equal(first, select("max_variance", rewards.clone(), 16))
+    # large offsets do not disturb the choice (shift invariance, float64 scoring)
+    assert torch.equal(first, select("max_variance", rewards + 1000.0, 16))
+    assert_valid_indices(first, 256, 1024, 16)
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1, max_size=40))
+def test_order_keys_order_like_a_stable_sort(row):
+    rewards = torch.tensor([row], dtype=torch.float32)
+    keys = _order_keys(rewards)
+    assert keys.unique().numel() == len(row)
+    assert torch.equal(keys.argsort(1), torch.sort(rewards, dim=1, stable=True).indices)
+
+
+# --- the other rules ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", [r for r in SELECTION_RULES if r != "all"])
+@given(data=st.data())
+def test_every_rule_returns_unique_in_range_indices(rule, data):
+    rewards, m = data.draw(reward_matrices(REWARD_VALUES["float"]))
+    assert_valid_indices(select(rule, rewards, m, torch.Generator().manual_seed(0)), *rewards.shape, m)
+
+
+@given(data=st.data())
+def test_max_reward_keeps_the_m_highest(data):
+    rewards, m = data.draw(reward_matrices(REWARD_VALUES["gsm8k"]))
+    got = np.sort(kept(rewards, select("max_reward", rewards, m)), axis=1)
+    expected = np.sort(rewards.double().numpy(), axis=1)[:, -m:]
+    np.testing.assert_array_equal(got, expected)
+
+
+@given(data=st.data())
+def test_max_abs_advantage_matches_its_definition(data):
+    rewards, m = data.draw(reward_matrices(REWARD_VALUES["float"]))
+    r = rewards.double().numpy()
+    distance = np.abs(r - r.mean(axis=1, keepdims=True))  # |r - mean over all n|
+    best = distance[:, all_subsets(r.shape[1], m)].sum(axis=2).max(axis=1)  # brute force
+    indices = select("max_abs_advantage", rewards, m).numpy()
+    got = np.take_along_axis(distance, indices, axis=1).sum(axis=1)
+    np.testing.assert_allclose(got, best, rtol=1e-9, atol=1e-9)
+
+
+def test_all_keeps_every_rollout_and_requires_m_equal_n():
+    rewards = torch.rand(3, 5)
+    assert select("all", rewards, 5).tolist() == [list(range(5))] * 3
+    with pytest.raises(PodsBenchError, match="m must equal n=5"):
+        select("all", rewards, 4)
+
+
+def test_random_is_reproducible_and_uniform():
+    rewards = torch.zeros(20_000, 8)
+    a = select("random", rewards, 3, torch.Generator().manual_seed(7))
+    assert torch.equal(a, select("random", rewards, 3, torch.Generator().manual_seed(7)))
+    assert not torch.equal(a, select("random", rewards, 3, torch.Generator().manual_seed(8)))
+    assert_valid_indices(a, 20_000, 8, 3)
+    counts = torch.bincount(a.flatten(), minlength=8).double()
+    expected = 20_000 * 3 / 8  # each rollout is kept with probability m / n
+    assert ((counts - expected).abs() < 0.05 * expected).all(), counts
+
+
+# --- DAPO filter and advantages -------------------------------------------------------------
+
+
+@given(data=st.data())
+def test_nonuniform_groups_flags_prompts_with_any_reward_spread(data):
+    rewards, m = data.draw(reward_matrices(REWARD_VALUES["binary"], max_prompts=6))
+    mask = nonuniform_groups(rewards)
+    assert mask.tolist() == [len(set(row)) > 1 for row in rewards.tolist()]
+    kept_rewards = rewards[mask].gather(1, select("max_variance", rewards[mask], m))
+    if m > 1:  # with the filter, max-variance never keeps an all-equal group
+        assert (group_advantages(kept_rewards).abs().amax(1) > 0).all()
+
+
+@given(data=st.data(), scale_by_std=st.booleans())
+def test_group_advantages(data, scale_by_std):
+    rewards, _ = data.draw(reward_matrices(REWARD_VALUES["gsm8k"], max_prompts=4))
+    adv = group_advantages(rewards, scale_by_std=scale_by_std)
+    assert adv.shape == rewards.shape and torch.isfinite(adv).all()
+    uniform = rewards.amax(1) == rewards.amin(1)
+    assert (adv[uniform] == 0).all()  # all-equal groups (and m = 1) get exactly 0
+    spread = ~uniform
+    if not spread.any():
+        return
+    r = rewards[spread].double()
+    centred = r - r.mean(1, keepdim=True)
+    expected = centred / (r.std(1, keepdim=True) + 1e-4) if scale_by_std else centred  # unbiased std
+    torch.testing.assert_close(adv[spread].double(), expected, rtol=1e-5, atol=1e-5)
+    assert adv[spread].mean(1).abs().max() < 1e-5
+    if scale_by_std:  # std of the advantages = std / (std + eps): unit up to eps / std
+        assert ((adv[spread].double().std(1) - 1).abs() < 1e-2).all()
+
+
+def test_group_advantages_edge_cases():
+    assert group_advantages(torch.tensor([[0.7], [0.0]])).tolist() == [[0.0], [0.0]]  # m = 1
+    equal = torch.full((1, 3), 0.4900934100151062)  # float32 mean of these three is not exactly 0.49009...
+    assert equal.mean() != equal[0, 0] and group_advantages(equal).tolist() == [[0.0] * 3]
+    assert group_advantages(torch.tensor([[0.0, 1.0]]))[0].tolist() == pytest.approx([-0.7070, 0.7070], abs=1e-4)
+    with pytest.raises(PodsBenchError, match="at least one rollout"):
+        group_advantages(torch.zeros(2, 0))
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rule, rewards, m, message",
+    [
+        ("max_varience", torch.zeros(2, 4), 2, "unknown selection rule 'max_varience'"),
+        ("max_variance", torch.zeros(2, 4), 5, "m .* must be an integer in 1..n=4, got 5"),
+        ("max_variance", torch.zeros(2, 4), 0, "in 1..n=4, got 0"),
+        ("max_variance", torch.zeros(2, 4), 2.0, "got 2.0"),
+        ("max_variance", torch.zeros(2, 1), 2, "in 1..n=1, got 2"),  # n < 2 with a variance rule
+        ("random", torch.zeros(2, 0), 1, "in 1..n=0"),
+        ("max_variance", torch.zeros(8), 2, r"must be 2-D \(prompts, rollouts\), got shape \(8,\)"),
+        ("max_reward", torch.zeros(2, 2, 2), 2, "got shape"),
+        ("max_variance", torch.tensor([[0.0, float("nan")]]), 1, "NaN or infinite"),
+        ("max_abs_advantage", torch.tensor([[0.0, float("-inf")]]), 1, "NaN or infinite"),
+        ("max_variance", [[0.0, 1.0]], 1, "must be a torch.Tensor, got list"),
+    ],
+)
+def test_bad_input_is_one_line_pods_bench_error(rule, rewards, m, message):
+    with pytest.raises(PodsBenchError, match=message) as error:
+        select(rule, rewards, m)
+    assert "\n" not in str(error.value)
+
+
+def test_filter_and_advantages_validate_too():
+    with pytest.raises(PodsBenchError, match="NaN"):
+        nonuniform_groups(torch.tensor([[float("nan"), 1.0]]))
+    with pytest.raises(PodsBenchError, match="kept rewards must be 2-D"):
+        group_advantages(torch.zeros(4))
