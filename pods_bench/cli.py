@@ -117,6 +117,21 @@ def _plot(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand("pretrain", "build the warm-started tiny smoke model (reused if OUT already holds one with the same settings)")
+def _pretrain(p: argparse.ArgumentParser):
+    p.add_argument("--out", required=True, help="model folder to write (a Hugging Face folder + pretrain.json)")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: the smoke recipe's, see pods_bench/pretrain.py)")
+    p.add_argument("--seconds", type=float, help="wall-clock cap on training; stops at steps or seconds, whichever first")
+    p.add_argument("--seed", type=int, help="initialisation and data-order seed (default 0)")
+
+    def handler(args):
+        from pods_bench.pretrain import cli_pretrain
+
+        return cli_pretrain(args)
+
+    p.set_defaults(_handler=handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pods-bench",

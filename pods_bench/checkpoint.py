@@ -1,0 +1,230 @@
+"""Policy models and timed training checkpoints.
+
+A checkpoint is a folder `checkpoints/step-XXXXXX/` holding everything needed to evaluate the policy
+or to resume training exactly:
+
+  model/         full weights (Hugging Face folder) or, with LoRA, the adapter (peft folder); + tokenizer
+  trainer.pt     optimizer and lr-scheduler state
+  rank-<r>.pt    per process: RNG states (python, numpy, torch, cuda, the selection generator) and a
+                 SHA-256 of the trainable parameters (every process must hold the same weights)
+  state.json     step, train_time_s (training clock), data_cursor, world_size, params_sha256
+
+It is written into `checkpoints/.tmp-step-XXXXXX/` and renamed into place when complete, so any
+`step-*` folder is complete and a crash mid-write leaves only a temporary folder (removed on resume).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pods_bench.errors import PodsBenchError
+from pods_bench.io import atomic_write_json
+
+CHECKPOINTS = "checkpoints"
+_NAME = re.compile(r"^step-(\d{6,})$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+# --- the policy model --------------------------------------------------------------------------
+
+
+def load_base_model(cfg):
+    """The initial policy from `cfg.model` (no adapter): (model, tokenizer)."""
+    from pods_bench.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
+
+    if cfg.model.name == "tiny":
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.init_seed)
+        model.to(getattr(torch, cfg.model.dtype))
+    else:
+        model, tokenizer = load_model_and_tokenizer(cfg.model.name, dtype=cfg.model.dtype)
+    return model, tokenizer
+
+
+def load_policy(cfg, checkpoint: str | Path | None = None):
+    """The policy to train or evaluate: the base model, with a LoRA adapter if `cfg.lora.enabled`,
+    and with the weights of `checkpoint` if given. Returns (model, tokenizer)."""
+    weights = Path(checkpoint) / "model" if checkpoint is not None else None
+    if weights is not None and not cfg.lora.enabled:
+        # full fine-tuning: the checkpoint is a complete model folder (weights, config, tokenizer)
+        from pods_bench.models import build_char_tokenizer, load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(str(weights), dtype=cfg.model.dtype)
+        if cfg.model.name == "tiny":
+            tokenizer = build_char_tokenizer()  # the exact tokenizer class, not AutoTokenizer's guess
+    else:
+        model, tokenizer = load_base_model(cfg)
+    if cfg.lora.enabled:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if weights is not None:
+            model = PeftModel.from_pretrained(model, weights, is_trainable=True)
+        else:
+            lora = cfg.lora
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora.r,
+                    lora_alpha=lora.alpha,
+                    lora_dropout=lora.dropout,
+                    target_modules=list(lora.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
+            )
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        if cfg.lora.enabled:
+            model.enable_input_require_grads()  # frozen embeddings would cut the checkpointed graph
+    return model, tokenizer
+
+
+def reference_model(cfg, policy):
+    """The frozen reference policy of the KL term: the initial weights. With LoRA that is the base
+    model with adapters disabled (no copy needed), so None is returned."""
+    if cfg.lora.enabled:
+        return None
+    ref, _ = load_base_model(cfg)
+    return ref.to(next(policy.parameters()).device).eval().requires_grad_(False)
+
+
+def params_sha256(model) -> str:
+    """Hash of the trainable parameters (names and exact bytes)."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        if p.requires_grad:
+            h.update(name.encode())
+            h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoint folders of a run, by step."""
+    folder = Path(run_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / "state.json").is_file()]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def read_state(checkpoint: str | Path) -> dict:
+    return json.loads((Path(checkpoint) / "state.json").read_text())
+
+
+def remove_incomplete(run_dir: str | Path) -> None:
+    """Temporary folders left by a crash in the middle of writing a checkpoint."""
+    folder = Path(run_dir) / CHECKPOINTS
+    if folder.is_dir():
+        for p in folder.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def prune(run_dir: str | Path, evaluated: set[str]) -> list[str]:
+    """keep_checkpoints=last: delete evaluated checkpoints except the newest (resume needs it)."""
+    found = list_checkpoints(run_dir)
+    removed = []
+    for p in found[:-1]:
+        if p.name in evaluated:
+            shutil.rmtree(p)
+            removed.append(p.name)
+    return removed
+
+
+# --- writing and reading training state ---------------------------------------------------------
+
+
+def rng_state(selection_generator: torch.Generator) -> dict:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "selection": selection_generator.get_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict, selection_generator: torch.Generator) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    selection_generator.set_state(state["selection"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    train_time_s: float,
+    data_cursor: int,
+    model,
+    tokenizer,
+    optimizer,
+    scheduler,
+    selection_generator: torch.Generator,
+    accelerator,
+) -> Path:
+    """Write a checkpoint atomically; a collective call (every process writes its rank file)."""
+    final = Path(run_dir) / CHECKPOINTS / checkpoint_name(step)
+    tmp = final.with_name(f".tmp-{final.name}")
+    rank = accelerator.process_index
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    sha = params_sha256(model)
+    torch.save({"rng": rng_state(selection_generator), "params_sha256": sha}, tmp / f"rank-{rank}.pt")
+    if accelerator.is_main_process:
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "trainer.pt")
+    accelerator.wait_for_everyone()  # every rank file is written
+    if accelerator.is_main_process:
+        state = {
+            "checkpoint": final.name,
+            "step": step,
+            "train_time_s": train_time_s,
+            "data_cursor": data_cursor,
+            "world_size": accelerator.num_processes,
+            "params_sha256": sha,
+        }
+        atomic_write_json(tmp / "state.json", state)
+        tmp.rename(final)  # the commit point: a step-* folder is always complete
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_training_state(checkpoint: Path, optimizer, scheduler, selection_generator, accelerator) -> dict:
+    """Restore optimizer, scheduler and this process's RNG states; returns state.json."""
+    state = read_state(checkpoint)
+    if state["world_size"] != accelerator.num_processes:
+        raise PodsBenchError(
+            f"checkpoint {checkpoint} was written by {state['world_size']} processes; "
+            f"resume it with the same number (now {accelerator.num_processes})"
+        )
+    trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(trainer["optimizer"])
+    scheduler.load_state_dict(trainer["scheduler"])
+    rank_state = torch.load(checkpoint / f"rank-{accelerator.process_index}.pt", weights_only=False)
+    set_rng_state(rank_state["rng"], selection_generator)
+    return state

@@ -1,0 +1,373 @@
+"""Training configuration: small dataclasses nested in one `TrainConfig`.
+
+Loaded from YAML (`--config file.yaml`) plus dotted overrides (`--set selection.n=64`), each value
+typed by its dataclass field, then validated. Every mistake (unknown key, wrong type, m > n, unknown
+rule/engine/task) is a `PodsBenchError` with one line naming the key. The resolved config (defaults
+filled in) is what run.json records, and `config_from_dict` reads it back.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from pods_bench.engines.base import SamplingConfig  # sampling.seed: None -> derived from `seed`
+from pods_bench.errors import PodsBenchError
+from pods_bench.models import TinyModelConfig
+from pods_bench.rewards import RewardConfig
+
+
+@dataclass
+class ModelConfig:
+    # hub name, local folder, or "tiny": a randomly initialised model built from `tiny` (tests)
+    name: str = "tiny"
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    init_seed: int = 0  # initialisation seed of the tiny model (the same for every run seed)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights as loaded
+    # autocast in the update; None: what `accelerate launch --mixed_precision` says (default "no")
+    mixed_precision: Literal["no", "bf16", "fp16"] | None = None
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class TaskConfig:
+    name: str = "gsm8k"
+    split: str = "train"
+    prompt_style: str = "instruct"
+    system_prompt: str | None = None
+    max_prompt_tokens: int = 512  # longer prompts are dropped from the training set
+    limit: int | None = None  # only the first N problems of the split (quick runs); None: all
+
+
+@dataclass
+class EngineConfig:
+    name: str = "hf"
+    max_batch: int = 256  # hf: sequences per generate call (prompts x samples are chunked to this)
+    options: dict[str, Any] = field(default_factory=dict)  # engine-specific (vllm: gpu_memory_utilization, ...)
+
+
+@dataclass
+class SelectionConfig:
+    rule: str = "max_variance"  # a key of pods_bench.selection.SELECTION_RULES; "all" with m == n is GRPO
+    n: int = 16  # rollouts generated per prompt
+    m: int = 4  # rollouts trained on per prompt
+    filter_uniform_groups: bool = False  # DAPO: drop prompts whose n rewards are all equal
+    scale_advantage_by_std: bool = True  # GRPO's (r - mean) / (std + eps); False: r - mean (Dr. GRPO)
+
+
+@dataclass
+class LossConfig:
+    clip_eps: float = 0.2  # PPO ratio clipping
+    beta: float = 0.0  # KL(policy || reference) weight; 0 as in the paper (no reference model needed)
+    # "sequence": mean over each completion's tokens, then over completions (GRPO, the paper);
+    # "token": mean over all completion tokens of the step (DAPO)
+    aggregation: Literal["sequence", "token"] = "sequence"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = 0
+    micro_batch_size: int = 16  # sequences per forward/backward; gradients accumulate over the step
+    updates_per_batch: int = 1  # optimizer steps on each batch of rollouts (PPO epochs)
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class BudgetConfig:
+    max_train_time_s: float | None = None  # training clock: generation + rewards + selection + update + sync
+    max_steps: int | None = None
+    checkpoint_every_s: float = 60.0  # a checkpoint each time the clock passes a multiple of this
+
+
+@dataclass
+class EvalConfig:
+    benchmarks: list[str] = field(default_factory=lambda: ["math500"])
+    split: str = "test"
+    n_problems: int | None = None  # first N problems of the split (fixed); None: all
+    repeats: int = 1
+    temperature: float = 0.9  # 0: greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    seed: int = 1234  # repeat r samples with seed + r, the same for every checkpoint
+    n_examples: int = 3  # example completions stored per record
+    inline: bool = True  # evaluate each checkpoint during training (clock paused)
+    keep_checkpoints: Literal["all", "last"] = "all"  # "last": delete evaluated checkpoints but the newest
+
+
+@dataclass
+class TrainConfig:
+    experiment: str = "default"
+    arm: str = "pods"
+    seed: int = 0
+    output_dir: str | None = None  # None: results/<experiment>/runs/<arm>/seed<seed>
+    data_dir: str | None = None  # local <task>/<split>.jsonl[.gz] folder; None: PODS_BENCH_DATA_DIR or the hub
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    prompts_per_step: int = 8  # P, over all processes
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(max_new_tokens=1024))
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- building dataclasses from plain data, typed by field ---------------------------------------
+
+
+def _is_dataclass_type(tp) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(tp, value, key: str):
+    """`value` as field type `tp`, or a one-line error naming `key`."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        for option in options:
+            try:
+                return _coerce(option, value, key)
+            except PodsBenchError:
+                if option is options[-1]:
+                    raise
+    if origin is Literal:
+        if value not in args:
+            raise PodsBenchError(f"config key {key} must be one of {list(args)}, got {value!r}")
+        return value
+    if _is_dataclass_type(tp):
+        return _from_dict(tp, value, key)
+    if origin in (list, tuple):
+        if isinstance(value, str):  # --set eval.benchmarks=gsm8k,math500
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise PodsBenchError(f"config key {key} must be a list, got {value!r}")
+        if origin is tuple and len(args) != len(value):
+            raise PodsBenchError(f"config key {key} must have {len(args)} items, got {value!r}")
+        item_types = args if origin is tuple else [args[0]] * len(value)
+        items = [_coerce(t, v, f"{key}[{i}]") for i, (t, v) in enumerate(zip(item_types, value))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise PodsBenchError(f"config key {key} must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise PodsBenchError(f"config key {key} must be {_type_name(tp)}, got {value!r}")
+
+
+def _unknown_key(cls, key: str, prefix: str) -> PodsBenchError:
+    names = [f.name for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return PodsBenchError(f"unknown config key {prefix}{key}{hint}")
+
+
+def _from_dict(cls, data, key: str = ""):
+    if isinstance(data, cls):
+        return data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PodsBenchError(f"config key {key or '<root>'} must be a mapping, got {data!r}")
+    prefix = f"{key}." if key else ""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in names:
+            raise _unknown_key(cls, str(name), prefix)
+        kwargs[name] = _coerce(hints[name], value, prefix + name)
+    try:
+        return cls(**kwargs)
+    except PodsBenchError as e:  # a nested config's own checks (e.g. RewardConfig)
+        raise PodsBenchError(f"config key {key or '<root>'}: {e}") from None
+
+
+def _field_type(path: str):
+    """The declared type of dotted config key `path`."""
+    cls, tp = TrainConfig, TrainConfig
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if not _is_dataclass_type(cls):
+            raise PodsBenchError(f"unknown config key {path}")
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            raise _unknown_key(cls, part, ".".join(parts[:i]) + "." if i else "")
+        tp = cls = hints[part]
+    return tp
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    """`selection.n=64` -> (["selection", "n"], 64). Strings stay raw for str fields; everything
+    else is read as YAML (numbers, true/false, null, [lists], {mappings})."""
+    if "=" not in item:
+        raise PodsBenchError(f"override {item!r} must look like key=value (e.g. selection.n=64)")
+    path, raw = (s.strip() for s in item.split("=", 1))
+    tp = _field_type(path)
+    str_field = tp is str or (typing.get_origin(tp) in (typing.Union, types.UnionType) and str in typing.get_args(tp))
+    if str_field and raw.lower() not in ("null", "none", "~"):
+        value = raw
+    else:
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            raise PodsBenchError(f"override {item!r}: value is not valid YAML") from None
+    return path.split("."), value
+
+
+def _set_nested(data: dict, path: list[str], value) -> None:
+    for i, part in enumerate(path[:-1]):
+        node = data.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise PodsBenchError(f"config key {'.'.join(path[: i + 1])} must be a mapping, got {node!r}")
+        data = node
+    data[path[-1]] = value
+
+
+def config_from_dict(data: dict, overrides: list[str] = ()) -> TrainConfig:
+    """A validated TrainConfig from plain data (a YAML file's content, or run.json's "config")."""
+    data = copy.deepcopy(dict(data or {}))  # overrides must not reach into the caller's dicts
+    for item in overrides:
+        path, value = _parse_override(item)
+        _set_nested(data, path, value)
+    cfg = _from_dict(TrainConfig, data)
+    if cfg.output_dir is None:
+        cfg.output_dir = f"results/{cfg.experiment}/runs/{cfg.arm}/seed{cfg.seed}"
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
+    """`pods-bench train --config path --set k=v ...`."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise PodsBenchError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise PodsBenchError(f"config file {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise PodsBenchError(f"config file {path} must hold a mapping of config keys")
+    return config_from_dict(data, overrides)
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise PodsBenchError(message)
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Cross-field checks and registry lookups; the first problem found is raised."""
+    import torch
+
+    from pods_bench.engines import ENGINES
+    from pods_bench.selection import SELECTION_RULES, select
+    from pods_bench.tasks import get_task
+
+    _require(cfg.seed >= 0, f"config key seed must be >= 0, got {cfg.seed}")
+    s = cfg.selection
+    _require(s.rule in SELECTION_RULES, f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}")
+    _require(s.n >= 2, f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {s.n}")
+    _require(s.m <= s.n, f"config key selection.m ({s.m}) must be <= selection.n ({s.n})")
+    _require(s.m >= 2, f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {s.m}")
+    try:  # the rule's own constraints (e.g. "all" needs m == n)
+        select(s.rule, torch.zeros(1, s.n), s.m)
+    except PodsBenchError as e:
+        raise PodsBenchError(f"config key selection.m: {e}") from None
+    _require(cfg.engine.name in ENGINES, f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}")
+    _require(cfg.engine.max_batch >= 1, "config key engine.max_batch must be >= 1")
+    for key, name in [("task.name", cfg.task.name)] + [(f"eval.benchmarks[{i}]", b) for i, b in enumerate(cfg.eval.benchmarks)]:
+        try:
+            get_task(name)
+        except PodsBenchError as e:
+            raise PodsBenchError(f"config key {key}: {e}") from None
+    from pods_bench.tasks.prompts import PROMPT_STYLES
+
+    _require(cfg.task.prompt_style in PROMPT_STYLES, f"config key task.prompt_style: unknown style {cfg.task.prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}")
+    _require(cfg.task.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
+    _require(cfg.task.limit is None or cfg.task.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
+    _require(cfg.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
+    _require(cfg.sampling.temperature > 0, "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)")
+    _require(0 < cfg.sampling.top_p <= 1, "config key sampling.top_p must be in (0, 1]")
+    _require(cfg.sampling.max_new_tokens >= 1, "config key sampling.max_new_tokens must be >= 1")
+    _require(cfg.loss.clip_eps > 0, "config key loss.clip_eps must be > 0")
+    _require(cfg.loss.beta >= 0, "config key loss.beta must be >= 0")
+    o = cfg.optim
+    _require(o.lr > 0, "config key optim.lr must be > 0")
+    _require(o.micro_batch_size >= 1, "config key optim.micro_batch_size must be >= 1")
+    _require(o.updates_per_batch >= 1, "config key optim.updates_per_batch must be >= 1")
+    _require(o.warmup_steps >= 0, "config key optim.warmup_steps must be >= 0")
+    _require(o.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")
+    _require(o.schedule != "cosine" or cfg.budget.max_steps is not None, "config key optim.schedule: cosine decays over budget.max_steps, which is not set")
+    _require(not cfg.lora.enabled or cfg.lora.r >= 1, "config key lora.r must be >= 1")
+    b = cfg.budget
+    _require(b.max_train_time_s is not None or b.max_steps is not None, "config key budget: set max_train_time_s or max_steps")
+    _require(b.max_train_time_s is None or b.max_train_time_s > 0, "config key budget.max_train_time_s must be > 0")
+    _require(b.max_steps is None or b.max_steps >= 0, "config key budget.max_steps must be >= 0")
+    _require(b.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
+    e = cfg.eval
+    _require(e.n_problems is None or e.n_problems >= 1, "config key eval.n_problems must be >= 1 (or null for all)")
+    _require(e.repeats >= 1, "config key eval.repeats must be >= 1")
+    _require(e.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
+    _require(0 < e.top_p <= 1, "config key eval.top_p must be in (0, 1]")
+    _require(e.max_new_tokens >= 1, "config key eval.max_new_tokens must be >= 1")

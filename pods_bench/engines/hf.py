@@ -1,0 +1,130 @@
+"""Rollouts with transformers `generate`, on the trainer's own model object (CPU or GPU).
+
+Each prompt is repeated n times and the rows are generated in left-padded batches of at most
+`max_batch`. Sampling is seeded per call inside `torch.random.fork_rng`, so a (config, seed, step)
+reproduces and the trainer's own random stream is left untouched. Because the engine holds the very
+model object the trainer updates, `sync_weights` has nothing to do.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
+
+
+class TemperatureWithLogprobs(LogitsProcessor):
+    """Divides the logits by the sampling temperature and records the log-probability of each
+    sampled token under softmax(logits / T): the policy the trainer optimises.
+
+    Why not `output_scores` + `compute_transition_scores`: those keep every step's full
+    (batch x vocab) scores until generation ends -- tens of GB for a 150k vocabulary and a thousand
+    new tokens -- while this keeps a single step. Step t's call sees the token sampled at step t-1
+    as the last column of `input_ids`, so it gathers that token's log-prob from the previous step.
+    generate adds no temperature warper of its own (it is given temperature 1.0); top-p, if any,
+    truncates after this processor, as in generate's own order.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.previous: torch.Tensor | None = None  # log-softmax of the last step, (batch, vocab)
+        self.sampled: list[torch.Tensor] = []  # per step: (batch,) log-probs of the sampled tokens
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.previous is not None:
+            self.sampled.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        scores = scores / self.temperature
+        self.previous = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def logprobs(self, new_tokens: torch.LongTensor) -> torch.Tensor:
+        """(batch, steps) log-probs of `new_tokens`, the generated part of generate's output."""
+        steps = new_tokens.shape[1]
+        sampled = self.sampled[:steps]  # generate may run one extra, undone step on some devices
+        if len(sampled) < steps:
+            sampled.append(self.previous.gather(1, new_tokens[:, -1:]).squeeze(1))
+        return torch.stack(sampled, dim=1)
+
+
+@contextmanager
+def eval_mode(model):
+    """No dropout while sampling; the previous train/eval mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+class HFEngine(RolloutEngine):
+    name = "hf"
+
+    def __init__(self, model, tokenizer, max_batch: int = 256):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        eos = model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id} - {None})
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Rollouts:
+        # Prompts are rendered by the chat template already: no extra BOS/special tokens.
+        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        rows = [ids for ids in prompt_ids for _ in range(n)]  # prompt i -> rows i*n .. i*n+n-1
+        completions, logprobs = [], []
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), eval_mode(self.model):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            for start in range(0, len(rows), self.max_batch):
+                ids, lps = self._generate_batch(rows[start : start + self.max_batch], sampling)
+                completions += ids
+                logprobs += lps
+        # Decode without EOS/padding but keeping other special tokens: answer-format tags such as
+        # <think> can be special tokens of a tokenizer, and the format reward must see them.
+        texts = [
+            self.tokenizer.decode([t for t in c if t not in self.eos_ids and t != self.pad_id], skip_special_tokens=False)
+            for c in completions
+        ]
+        group = lambda xs: [xs[i * n : (i + 1) * n] for i in range(len(prompts))]  # noqa: E731
+        return Rollouts(prompt_ids, group(completions), group(texts), group(logprobs), meta={"engine": self.name})
+
+    def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig):
+        batch = self.tokenizer.pad({"input_ids": rows}, padding=True, padding_side="left", return_tensors="pt")
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        greedy = sampling.temperature == 0
+        recorder = TemperatureWithLogprobs(1.0 if greedy else sampling.temperature)
+        config = GenerationConfig(
+            do_sample=not greedy,
+            temperature=1.0,  # applied by `recorder`
+            top_k=0,
+            top_p=1.0 if greedy else sampling.top_p,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+        )
+        out = self.model.generate(
+            **batch, generation_config=config, logits_processor=LogitsProcessorList([recorder])
+        )
+        new_tokens = out[:, batch["input_ids"].shape[1] :]
+        token_logprobs = recorder.logprobs(new_tokens)
+        ids, lps = [], []
+        for tokens, lp in zip(new_tokens.tolist(), token_logprobs.tolist()):
+            length = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
+            ids.append(tokens[:length])  # up to and including the first EOS
+            lps.append(lp[:length])
+        return ids, lps
+
+    def sync_weights(self, model) -> None:
+        """Nothing to copy when the engine samples from the trainer's model object itself."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
