@@ -127,3 +127,17 @@ def test_sync_weights(tokenizer, prompts):
     separate.sync_weights(trained)
     assert all(torch.equal(a, b) for a, b in zip(separate.model.state_dict().values(), trained.state_dict().values()))
     assert separate.generate(prompts, 2, sampling).completion_ids == HFEngine(trained, tokenizer).generate(prompts, 2, sampling).completion_ids
+
+
+def test_unseeded_calls_draw_fresh_samples():
+    """Without a seed the engine advances the global RNG, so two calls differ."""
+    from pods_bench.engines.base import SamplingConfig
+    from pods_bench.engines.hf import HFEngine
+    from pods_bench.models import TinyModelConfig, build_char_tokenizer, build_tiny_model
+
+    tok = build_char_tokenizer()
+    engine = HFEngine(build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64), tok), tok)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
+    first = engine.generate(["abc"], n=4, sampling=sampling).completion_ids
+    second = engine.generate(["abc"], n=4, sampling=sampling).completion_ids
+    assert first != second

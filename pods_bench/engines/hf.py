@@ -8,7 +8,7 @@ model object the trainer updates, `sync_weights` has nothing to do.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
@@ -82,7 +82,10 @@ class HFEngine(RolloutEngine):
         rows = [ids for ids in prompt_ids for _ in range(n)]  # prompt i -> rows i*n .. i*n+n-1
         completions, logprobs = [], []
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.no_grad(), eval_mode(self.model):
+        # A seeded call samples from its own stream and leaves the caller's RNG untouched; an
+        # unseeded call draws from (and advances) the global RNG, so repeated calls differ.
+        forked = torch.random.fork_rng(devices=devices) if sampling.seed is not None else nullcontext()
+        with forked, torch.no_grad(), eval_mode(self.model):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.max_batch):
