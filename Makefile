@@ -37,8 +37,11 @@ test: venv
 bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
 
+# The smoke replication: warm start, GRPO and PODS runs, evaluation, aggregation, figures, report.
 smoke: venv
-	$(BIN)/pods-bench --help
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --report results/smoke/report.html
+	@echo "Tables: results/smoke/summary/   Figures: figures/smoke/   HTML report: results/smoke/report.html"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,62 @@
+# The PODS replication workflow.
+#
+#   snakemake --profile profiles/local                                 # the smoke replication (config/smoke.yaml)
+#   snakemake --profile profiles/local --report results/smoke/report.html   # its HTML report
+#   snakemake -n --configfile config/<experiment>.yaml                 # dry run: the jobs of an experiment
+#   snakemake --profile profiles/slurm --configfile config/gsm8k_main.yaml  # a paper setting on a cluster
+#   snakemake --profile profiles/local paper_figures                   # tables + figures of the published logs
+#
+# An experiment config (config/*.yaml, schema in workflows/schemas/config.schema.yaml) is a grid:
+# arms x seeds x training benchmark x evaluation benchmarks x hardware setup. Jobs: one `train` per
+# (arm, seed), one `evaluate` per run, then one `aggregate`, `plot` and `manifest` per experiment.
+# See docs/workflow.md.
+
+import os
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+# The default experiment is the smoke replication; `--configfile` replaces it (not merged into it).
+if not workflow.overwrite_configfiles:
+
+    configfile: os.path.join(workflow.basedir, "config", "smoke.yaml")
+
+
+include: "workflows/rules/common.smk"
+include: "workflows/rules/prepare.smk"
+include: "workflows/rules/train.smk"
+include: "workflows/rules/evaluate.smk"
+include: "workflows/rules/aggregate.smk"
+include: "workflows/rules/report.smk"
+
+
+report: "workflows/report/workflow.rst"
+
+
+rule all:
+    input:
+        rules.aggregate.output,
+        rules.plot.output,
+        rules.manifest.output,
+    default_target: True
+    localrule: True
+
+
+onsuccess:
+    targets = set(workflow.dag_settings.targets) if workflow.dag_settings else set()
+    if "paper_figures" in targets:
+        print("pods-bench: published logs analysed: tables in results/paper/<setting>/summary/, "
+              "figures in figures/paper/<setting>/")
+    if not targets or "all" in targets:
+        print(
+            f"pods-bench: experiment {EXPERIMENT} is complete.\n"
+            f"  tables:  {SUMMARY_DIR}/ (speedups.md, speedups.csv, curves.csv, step_times.csv)\n"
+            f"  figures: {FIGURES_DIR}/\n"
+            f"  runs:    {RUNS_DIR}/<arm>/seed<k>/   logs: {LOG_DIR}/\n"
+            f"  HTML report: snakemake --configfile {' '.join(CONFIG_FILES)} --report {EXP_DIR}/report.html"
+        )
+
+
+onerror:
+    print(f"pods-bench: experiment {EXPERIMENT} stopped; the failed job's log is named above (logs under {LOG_DIR}/).")

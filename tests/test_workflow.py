@@ -1,0 +1,213 @@
+"""The Snakemake workflow: every experiment config dry-runs to the expected jobs, and bad configs stop
+it before any job starts with one line naming the key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = PROJECT_ROOT / "Snakefile"
+CONFIG_DIR = PROJECT_ROOT / "config"
+
+
+def snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run the project's workflow in `workdir` (results/ and figures/ go there)."""
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The "Job stats" table of a dry run: rule -> number of jobs (and "total")."""
+    lines = output.splitlines()
+    start = lines.index("Job stats:") + 3  # title, header, rule of dashes
+    counts = {}
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        rule, count = line.split()
+        counts[rule] = int(count)
+    return counts
+
+
+def per_experiment(train_runs: int, separate_eval: bool = True, warm_start: bool = False) -> dict[str, int]:
+    """Jobs of one experiment: shared config + model preparation, one training (and evaluation) job per
+    run, then aggregate, plot, manifest and the `all` target."""
+    counts = {"train_config": 1, "train": train_runs, "aggregate": 1, "plot": 1, "manifest": 1, "all": 1}
+    counts["warm_start" if warm_start else "prepare"] = 1
+    if separate_eval:
+        counts["evaluate"] = train_runs
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+# arms x seeds of each config, as the paper ran them (docs/workflow.md)
+EXPECTED_JOBS = {
+    "smoke": per_experiment(2 * 5, warm_start=True),
+    "gsm8k_main": per_experiment(2 * 10),
+    "math_main": per_experiment(2 * 10),
+    "llama_gsm8k": per_experiment(2 * 10),
+    "gsm8k_n_scaling": per_experiment(5 * 10),
+    "gsm8k_m_scaling": per_experiment(4 * 10),
+    "rule_ablation": per_experiment(3 * 10),
+    "h100x8": per_experiment(2 * 5, separate_eval=False),  # evaluated inline every 2 minutes
+    "a100x8": per_experiment(2 * 5, separate_eval=False),
+}
+
+
+def test_every_experiment_config_is_covered():
+    experiments = {p.stem for p in CONFIG_DIR.glob("*.yaml")} - {"hardware"}
+    assert experiments == set(EXPECTED_JOBS)
+
+
+def test_dry_runs_show_the_expected_jobs(tmp_path):
+    def dry_run(name):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        return name, snakemake(workdir, "-n", "--configfile", str(CONFIG_DIR / f"{name}.yaml"))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(pool.map(dry_run, EXPECTED_JOBS))
+    for name, out in results.items():
+        assert out.returncode == 0, f"{name}:\n{out.stdout}\n{out.stderr}"
+        assert job_counts(out.stdout) == EXPECTED_JOBS[name], name
+        assert not (tmp_path / name / "results").exists(), f"{name}: a dry run wrote results"
+
+
+def test_default_target_is_the_smoke_experiment(tmp_path):
+    out = snakemake(tmp_path, "-n")
+    assert out.returncode == 0, out.stderr
+    assert job_counts(out.stdout) == EXPECTED_JOBS["smoke"]
+    assert "results/smoke/runs/pods_n16_m4/seed4/train.done" in out.stdout
+
+
+def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):
+    out = snakemake(tmp_path, "-n", "--printshellcmds", "--configfile", str(CONFIG_DIR / "h100x8.yaml"))
+    assert out.returncode == 0, out.stderr
+    shell = [line for line in out.stdout.splitlines() if " train --config " in line]
+    assert len(shell) == 10
+    pods = next(line for line in shell if "arm=pods_n128_m32" in line and "seed=21" in line)
+    # multi-GPU training goes through the distributed engine with the setup's process count
+    assert "accelerate launch --num_processes 8" in pods and "-m pods_bench train" in pods
+    for item in ("selection.rule=max_variance", "selection.n=128", "selection.m=32", "optim.micro_batch_size=8",
+                 "output_dir=results/h100x8/runs/pods_n128_m32/seed21"):
+        assert f"--set {item}" in pods
+    # resources from config/hardware.yaml (h100x8): 8 H100s, runtime = 30 min budget x 1.5 + 60
+    assert "gpu=8" in out.stdout and "gpu_model=h100" in out.stdout and "runtime=105" in out.stdout
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def bad_config(tmp_path: Path, change) -> Path:
+    cfg = yaml.safe_load((CONFIG_DIR / "smoke.yaml").read_text())
+    change(cfg)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+BAD_CONFIGS = {
+    "unknown top-level key": (lambda c: c.update(epochs=3), "unknown config key epochs"),
+    "schema type": (lambda c: c["arms"]["pods_n16_m4"].update(n="many"), "config key arms.pods_n16_m4.n"),
+    "unknown arm key": (lambda c: c["arms"]["pods_n16_m4"].update(k=2), "unknown config key arms.pods_n16_m4.k"),
+    "seeds as strings": (lambda c: c.update(seeds=["0", "1"]), "config key seeds[0] must be integer"),
+    "unknown hardware": (lambda c: c.update(hardware="tpu-pod"), "config key hardware: unknown setup 'tpu-pod'"),
+    "unknown benchmark": (lambda c: c.update(eval_benchmarks=["arith", "gsm9k"]), "config key eval_benchmarks[1]"),
+    "unknown training benchmark": (lambda c: c.update(benchmark="gsm9k"), "config key benchmark"),
+    "unknown trainer key": (lambda c: c["train"]["optim"].update(lrr=1.0), "optim.lrr"),
+    "m above n": (lambda c: c["arms"]["pods_n16_m4"].update(m=32), "arms.pods_n16_m4: config key selection.m (32)"),
+    "workflow-owned trainer key": (lambda c: c["train"].update(seed=3), "train.seed is set by the workflow"),
+}
+
+
+def one_error_line(out: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("pods-bench workflow:")]
+    assert len(lines) == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    return lines[0]
+
+
+def test_bad_configs_stop_before_any_job_with_one_line_naming_the_key(tmp_path):
+    def dry_run(case):
+        workdir = tmp_path / case.replace(" ", "_")
+        workdir.mkdir()
+        change, _ = BAD_CONFIGS[case]
+        return case, workdir, snakemake(workdir, "-n", "--configfile", str(bad_config(workdir, change)))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each run is a process of its own
+        results = list(pool.map(dry_run, BAD_CONFIGS))
+    for case, workdir, out in results:
+        assert out.returncode != 0, case
+        assert BAD_CONFIGS[case][1] in one_error_line(out), case
+        assert not (workdir / "results").exists(), case
+
+
+def test_lists_on_the_command_line_are_caught_as_strings(tmp_path):
+    # `--config seeds=[0,1]` reaches the workflow as strings: say so, and where to put lists instead
+    out = snakemake(tmp_path, "-n", "--config", "seeds=[0,1]")
+    assert out.returncode != 0
+    line = one_error_line(out)
+    assert "config key seeds[0] must be integer, got the string '0'" in line and "--configfile" in line
+
+
+def test_scalar_overrides_on_the_command_line_work(tmp_path):
+    out = snakemake(tmp_path, "-n", "--config", "hardware=l40s")
+    assert out.returncode == 0, out.stderr
+    assert job_counts(out.stdout) == EXPECTED_JOBS["smoke"]
+
+
+def test_paper_figures_from_the_published_logs(tmp_path, data_dir):
+    # `paper_logs` is a config key relative to the project root ...
+    (tmp_path / "w1").mkdir()
+    out = snakemake(tmp_path / "w1", "-n", "paper_figures", "--config", "paper_logs=no/such/folder")
+    assert out.returncode != 0 and str(PROJECT_ROOT / "no" / "such" / "folder") in out.stdout + out.stderr
+    # ... and PODS_BENCH_PAPER_LOGS overrides it: tables and figures of every published setting
+    out = snakemake(tmp_path, "--cores", "1", "paper_figures",
+                    env={"PODS_BENCH_PAPER_LOGS": str(data_dir / "pods-paper-logs")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    settings = sorted(p.parent.name for p in (tmp_path / "results" / "paper").glob("*/summary"))
+    assert settings, "no published setting analysed"
+    for setting in settings:
+        assert (tmp_path / "results" / "paper" / setting / "summary" / "speedups.csv").is_file()
+        assert list((tmp_path / "figures" / "paper" / setting).glob("*.png"))
+
+
+def test_a_failed_job_names_its_log(tmp_path):
+    # the GSM8K setting reading its data from an empty folder: the first job fails, and says where its log is
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    override = tmp_path / "override.yaml"
+    override.write_text(yaml.safe_dump({"train": {"data_dir": str(empty)}}))
+    out = snakemake(tmp_path, "--cores", "1", "--configfile", str(CONFIG_DIR / "gsm8k_main.yaml"), str(override))
+    assert out.returncode != 0
+    log = "results/gsm8k_main/logs/prepare.log"
+    assert f"log: {log}" in out.stdout + out.stderr
+    assert "pods-bench: error:" in (tmp_path / log).read_text()
+    assert not (tmp_path / "results" / "gsm8k_main" / "runs").exists()
+
+
+def test_profiles(tmp_path):
+    # local: usable as is; slurm: every setting but the executor (its plugin is not a dependency)
+    local = snakemake(tmp_path, "-n", "--profile", str(PROJECT_ROOT / "profiles" / "local"))
+    assert local.returncode == 0, local.stderr
+    slurm = yaml.safe_load((PROJECT_ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    assert slurm.pop("executor") == "slurm"
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "config.yaml").write_text(yaml.safe_dump(slurm))
+    out = snakemake(tmp_path, "-n", "--profile", str(tmp_path / "slurm"), "--configfile", str(CONFIG_DIR / "gsm8k_main.yaml"))
+    assert out.returncode == 0, out.stderr
+    train = [line for line in out.stdout.splitlines() if "gpu_model=l40s" in line]
+    assert len(train) == 40  # 20 training + 20 evaluation jobs, each asking for one L40S
+    assert all("gpu=1" in line and "tasks_per_gpu=0" in line for line in train)

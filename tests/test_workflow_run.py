@@ -1,0 +1,108 @@
+"""The workflow end to end on CPU: a paper setting with its model swapped for the tiny one, and a
+shortened smoke replication up to its HTML report. Real jobs: pretraining, training, evaluation,
+aggregation, plots, manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from pods_bench.io import read_jsonl
+from tests.test_workflow import CONFIG_DIR, snakemake
+
+pytestmark = pytest.mark.slow
+
+# The paper's GSM8K setting as configured (LoRA r64, lr 5e-6, temperature 0.9, three evaluation
+# benchmarks, both arms), with a randomly initialised tiny model, one seed and two steps, so that it
+# runs on CPU in about a minute.
+TINY_MODEL = {
+    "hardware": "cpu",
+    "seeds": [1],
+    "train": {
+        "model": {"name": "tiny", "dtype": "float32", "mixed_precision": "no", "gradient_checkpointing": False,
+                  "tiny": {"max_position_embeddings": 1024}},
+        "engine": {"name": "hf"},  # vLLM's start-up alone would take longer than the whole run
+        "sampling": {"max_new_tokens": 8},
+        "reward": {"workers": 1},
+        "budget": {"max_train_time_s": None, "max_steps": 1},
+        "eval": {"n_problems": 2, "repeats": 2, "max_new_tokens": 8},
+    },
+    "resources": {"train": {"runtime_min": 10}},
+}
+
+# The smoke replication with two seeds, a short warm start and a few seconds of training per run.
+SHORT_SMOKE = {
+    "seeds": [0, 1],
+    "warm_start": {"name": "arith-tiny-test", "steps": 60},
+    "train": {"budget": {"max_train_time_s": 6, "checkpoint_every_s": 3}, "eval": {"n_problems": 20}},
+}
+
+
+def write_yaml(path, data):
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def check_success(out, experiment: str) -> None:
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert f"pods-bench: experiment {experiment} is complete." in out.stdout
+
+
+def test_paper_setting_end_to_end_with_the_tiny_model(tmp_path, data_dir):
+    override = write_yaml(tmp_path / "tiny.yaml", TINY_MODEL)
+    out = snakemake(tmp_path, "--cores", "2", "--configfile", str(CONFIG_DIR / "gsm8k_main.yaml"), override,
+                    env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=900)
+    check_success(out, "gsm8k_main")
+
+    exp = tmp_path / "results" / "gsm8k_main"
+    arms = {"grpo_n16_m16": ("all", 16, 16), "pods_n64_m16": ("max_variance", 64, 16)}
+    for arm, (rule, n, m) in arms.items():
+        run_dir = exp / "runs" / arm / "seed1"
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["status"] == "finished"
+        cfg = run["config"]
+        # the arm's settings and the paper's recipe reached the trainer
+        assert (cfg["selection"]["rule"], cfg["selection"]["n"], cfg["selection"]["m"]) == (rule, n, m)
+        assert (cfg["experiment"], cfg["arm"], cfg["seed"], cfg["task"]["name"]) == ("gsm8k_main", arm, 1, "gsm8k")
+        assert cfg["lora"]["enabled"] and cfg["lora"]["r"] == 64 and cfg["optim"]["lr"] == 5e-6
+        assert cfg["sampling"]["temperature"] == 0.9 and cfg["budget"]["checkpoint_every_s"] == 1800
+        # evaluated by the separate evaluation job on all three benchmarks, from the start point on
+        records = read_jsonl(run_dir / "eval.jsonl")
+        assert {r["benchmark"] for r in records} == {"gsm8k", "math500", "amc23"}
+        assert {r["step"] for r in records} >= {0, 1}
+        assert all(len(r["answer_acc"]) == 2 for r in records)
+
+    speedups = pd.read_csv(exp / "summary" / "speedups.csv")
+    assert set(speedups["arm"]) == set(arms)
+    for table in ("curves.csv", "step_times.csv", "speedups.md", "speedups.tex"):
+        assert (exp / "summary" / table).stat().st_size > 0
+    assert list((tmp_path / "figures" / "gsm8k_main").glob("*.png"))
+    manifest = yaml.safe_load((exp / "summary" / "manifest.yaml").read_text())
+    assert manifest["hardware_setup"]["name"] == "cpu"
+    assert sorted(r["arm"] for r in manifest["runs"]) == sorted(arms)
+    assert all(r["status"] == "finished" and r["versions"] for r in manifest["runs"])
+
+
+def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
+    configs = ["--configfile", str(CONFIG_DIR / "smoke.yaml"), write_yaml(tmp_path / "short.yaml", SHORT_SMOKE)]
+    out = snakemake(tmp_path, "--cores", "2", *configs, env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=900)
+    check_success(out, "smoke")
+    # progress: snakemake's own count and the trainer's bar (training clock, reward), both on the console
+    assert "steps (100%) done" in out.stdout + out.stderr and "clock=" in out.stdout
+
+    exp = tmp_path / "results" / "smoke"
+    runs = sorted(p.relative_to(exp / "runs").as_posix() for p in (exp / "runs").glob("*/seed*"))
+    assert runs == ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m4/seed0", "pods_n16_m4/seed1"]
+    assert (tmp_path / "results" / "warm_start" / "arith-tiny-test" / "pretrain.json").is_file()
+    assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == {"grpo_n16_m16", "pods_n16_m4"}
+    figures = sorted(p.name for p in (tmp_path / "figures" / "smoke").glob("*.png"))
+    assert figures
+
+    report = snakemake(tmp_path, *configs, "--report", "results/smoke/report.html")
+    assert report.returncode == 0, report.stderr[-4000:]
+    html = (exp / "report.html").read_text()
+    for item in [*figures, "speedups.md", "curves.csv", "step_times.csv", "manifest.yaml"]:
+        assert item in html, item

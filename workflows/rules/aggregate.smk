@@ -1,0 +1,89 @@
+# One aggregation per experiment, once every run is trained and evaluated: the speed-up table
+# (time for each arm to reach the baseline's peak accuracy, with confidence intervals), the mean
+# curves and the seconds per step; then the figures. `paper_figures` does the same for the paper's
+# published logs.
+
+def analysis_options(command: str) -> str:
+    """The `analysis` settings the config gives, as options of `pods-bench aggregate` or `plot`
+    (the analysis chooses the others)."""
+    keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap"] if command == "aggregate" else [])
+    given = {key: config["analysis"][key] for key in keys if config["analysis"][key] is not None}
+    return " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in given.items())
+
+
+rule aggregate:
+    input:
+        finished_runs,
+    output:
+        report(
+            f"{SUMMARY_DIR}/speedups.csv",
+            caption="../report/speedups.rst",
+            category="Tables",
+            labels={"table": "speed-ups (csv)"},
+        ),
+        report(
+            f"{SUMMARY_DIR}/speedups.md",
+            caption="../report/speedups.rst",
+            category="Tables",
+            labels={"table": "speed-ups"},
+        ),
+        f"{SUMMARY_DIR}/speedups.tex",
+        report(
+            f"{SUMMARY_DIR}/curves.csv",
+            caption="../report/curves.rst",
+            category="Tables",
+            labels={"table": "accuracy curves"},
+        ),
+        report(
+            f"{SUMMARY_DIR}/step_times.csv",
+            caption="../report/step_times.rst",
+            category="Tables",
+            labels={"table": "seconds per step"},
+        ),
+    params:
+        options=analysis_options("aggregate"),
+    log:
+        f"{LOG_DIR}/aggregate.log",
+    conda:
+        ENVIRONMENT
+    shell:
+        # writes results/<experiment>/summary/
+        "{PODS_BENCH} aggregate {EXP_DIR} --kind runs --out results {params.options} > {log} 2>&1"
+
+
+rule plot:
+    input:
+        rules.aggregate.output,
+    output:
+        report(
+            directory(FIGURES_DIR),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+            labels={"figure": "{name}"},
+        ),
+    params:
+        options=analysis_options("plot"),
+    log:
+        f"{LOG_DIR}/plot.log",
+    conda:
+        ENVIRONMENT
+    shell:
+        # writes figures/<experiment>/
+        "{PODS_BENCH} plot {EXP_DIR} --kind runs --out figures {params.options} > {log} 2>&1"
+
+
+rule paper_figures:
+    input:
+        paper_logs_dir(),
+    output:
+        # one folder per published setting: results/paper/<setting>/summary/, figures/paper/<setting>/
+        tables=directory("results/paper"),
+        figures=directory("figures/paper"),
+    log:
+        "results/paper_figures.log",
+    conda:
+        ENVIRONMENT
+    shell:
+        "({PODS_BENCH} aggregate {input} --kind paper --out {output.tables} && "
+        "{PODS_BENCH} plot {input} --kind paper --out {output.figures}) > {log} 2>&1"

@@ -1,0 +1,30 @@
+# One evaluation job per run (unless the trainer evaluates inline, `train.eval.inline: true`): every
+# checkpoint of the run on every evaluation benchmark. Runs are evaluated in parallel as far as the
+# scheduler's resources allow, and each as soon as its training has finished.
+
+
+rule evaluate:
+    input:
+        f"{RUNS_DIR}/{{arm}}/seed{{seed}}/train.done",
+    output:
+        touch(f"{RUNS_DIR}/{{arm}}/seed{{seed}}/eval.done"),
+    params:
+        run_dir=lambda wildcards: run_dir(wildcards.arm, wildcards.seed),
+    log:
+        f"{LOG_DIR}/evaluate/{{arm}}/seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARK_DIR}/evaluate/{{arm}}/seed{{seed}}.tsv"
+    threads: job_resources("evaluate")["cpus_per_task"]
+    resources:
+        **job_resources("evaluate"),
+    conda:
+        ENVIRONMENT
+    shell:
+        "export OMP_NUM_THREADS={threads}; "
+        "{PODS_BENCH} evaluate {params.run_dir} 2>&1 | tee {log}"
+
+
+def finished_runs(wildcards=None) -> list[str]:
+    """The marker of every run whose evaluations are complete."""
+    marker = lambda arm: "train.done" if INLINE_EVAL[arm] else "eval.done"
+    return [f"{run_dir(arm, seed)}/{marker(arm)}" for arm in ARMS for seed in SEEDS]

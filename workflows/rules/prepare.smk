@@ -1,0 +1,78 @@
+# Before training: the trainer settings shared by every arm, and the starting model -- downloaded
+# once with the datasets (so that training jobs need no network), or built by `pods-bench pretrain`
+# (the warm-started smoke model).
+
+
+rule train_config:
+    output:
+        f"{EXP_DIR}/configs/train.yaml",
+    params:
+        settings=TRAIN_SETTINGS,
+    log:
+        f"{LOG_DIR}/train_config.log",
+    localrule: True
+    conda:
+        ENVIRONMENT
+    script:
+        "../scripts/train_config.py"
+
+
+rule warm_start:
+    output:
+        directory(WARM_START_DIR),
+    params:
+        options=" ".join(
+            f"--{key} {WARM_START[key]}" for key in ("steps", "seconds", "seed") if WARM_START[key] is not None
+        ),
+    log:
+        f"results/warm_start/logs/{WARM_START['name']}.log",
+    benchmark:
+        f"results/warm_start/benchmarks/{WARM_START['name']}.tsv"
+    threads: 8  # every later job waits for it; a local run gives it at most --cores
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        ENVIRONMENT
+    shell:
+        "export OMP_NUM_THREADS={threads}; "
+        "{PODS_BENCH} pretrain --out {output} {params.options} 2>&1 | tee {log}"
+
+
+def hub_model() -> str | None:
+    """The hub model to download, or None (tiny, warm-started or a local folder)."""
+    name = TRAIN_SETTINGS.get("model", {}).get("name", "tiny")
+    if WARM_START["enabled"] or name == "tiny" or Path(name).exists():
+        return None
+    return name
+
+
+def prepare_commands() -> str:
+    """Load one problem of every dataset split (filling the datasets cache), then download the model."""
+    cfg = RESOLVED[ARMS[0]]
+    data_dir = f" --data-dir {shlex.quote(cfg.data_dir)}" if cfg.data_dir else ""
+    splits = [(cfg.task.name, cfg.task.split)] + [(name, cfg.eval.split) for name in cfg.eval.benchmarks]
+    commands = [f"{PODS_BENCH} tasks {name} --split {split} --limit 1{data_dir}" for name, split in splits]
+    if hub_model():
+        commands.append(f"hf download {shlex.quote(hub_model())}")
+    return " && ".join(commands)
+
+
+rule prepare:
+    output:
+        touch(f"{EXP_DIR}/prepare.done"),
+    params:
+        commands=prepare_commands(),
+    log:
+        f"{LOG_DIR}/prepare.log",
+    conda:
+        ENVIRONMENT
+    shell:
+        "({params.commands}) > {log} 2>&1"
+
+
+def starting_model() -> dict:
+    """Input of every training job: the warm-started model, or the prepared downloads."""
+    if WARM_START["enabled"]:
+        return {"model": WARM_START_DIR}
+    return {"prepared": f"{EXP_DIR}/prepare.done"}

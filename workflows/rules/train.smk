@@ -1,0 +1,38 @@
+# One training job per (arm, seed): the shared settings plus the arm's and seed's `--set` overrides.
+# The job's output is a marker written when training has finished; the run folder itself (logs,
+# checkpoints) is the trainer's, so a failed or interrupted job leaves it in place to resume from.
+
+
+def set_flags(items) -> str:
+    return " ".join(f"--set {shlex.quote(item)}" for item in items)
+
+
+def train_resource(key: str):
+    """Resource `key` of an arm's training jobs (the runtime follows the arm's time budget)."""
+    return lambda wildcards: job_resources("train", wildcards.arm)[key]
+
+
+rule train:
+    input:
+        config=f"{EXP_DIR}/configs/train.yaml",
+        **starting_model(),
+    output:
+        touch(f"{RUNS_DIR}/{{arm}}/seed{{seed}}/train.done"),
+    params:
+        launcher=lambda wildcards: train_launcher(wildcards.arm),
+        # torch threads of each training process: the job's cores shared by its processes
+        process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
+        overrides=lambda wildcards: set_flags(run_overrides(wildcards.arm, wildcards.seed)),
+    log:
+        f"{LOG_DIR}/train/{{arm}}/seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARK_DIR}/train/{{arm}}/seed{{seed}}.tsv"
+    threads: train_resource("cpus_per_task")
+    resources:
+        **{key: train_resource(key) for key in job_resources("train", ARMS[0])},
+    conda:
+        ENVIRONMENT
+    shell:
+        # tee: the trainer's progress bar shows on the console and stays in the log
+        "export OMP_NUM_THREADS={params.process_threads}; "
+        "{params.launcher} train --config {input.config} {params.overrides} 2>&1 | tee {log}"

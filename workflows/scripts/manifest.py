@@ -1,0 +1,38 @@
+"""Write the run manifest of an experiment (run by Snakemake's `script:`).
+
+One YAML file: the experiment config as run (schema defaults filled in), the hardware setup asked
+for, and for every run its resolved trainer config, status, times, package versions and the
+hardware it actually ran on -- all read from the runs' own run.json files.
+"""
+
+import json
+from pathlib import Path
+
+import yaml
+
+from pods_bench.io import atomic_write_text
+
+snakemake = globals()["snakemake"]  # injected by Snakemake
+
+
+def read_run(folder: str) -> dict:
+    path = Path(folder) / "run.json"
+    if not path.is_file():
+        return {"run_dir": folder, "status": "missing run.json"}
+    run = json.loads(path.read_text(encoding="utf-8"))
+    keep = ("arm", "seed", "status", "started_at", "finished_at", "hardware", "versions", "config")
+    return {"run_dir": folder, **{key: run.get(key) for key in keep}}
+
+
+runs = [read_run(folder) for folder in snakemake.params.runs]
+manifest = {
+    "experiment": snakemake.params.experiment_config["experiment"],
+    "config_files": list(snakemake.params.config_files),
+    "experiment_config": snakemake.params.experiment_config,
+    "hardware_setup": snakemake.params.hardware,
+    "runs": runs,
+}
+manifest = json.loads(json.dumps(manifest, default=str))  # plain data: no YAML anchors for shared objects
+atomic_write_text(snakemake.output[0], yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True))
+with open(snakemake.log[0], "w", encoding="utf-8") as log:
+    log.write(f"{len(runs)} runs -> {snakemake.output[0]}\n")
