@@ -434,7 +434,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
 
     bar_total = cfg.budget.max_steps if cfg.budget.max_steps is not None else cfg.budget.max_train_time_s
     bar = tqdm(total=bar_total, initial=step if cfg.budget.max_steps is not None else min(clock, bar_total),
-               disable=not (progress and main), unit="step" if cfg.budget.max_steps is not None else "s", dynamic_ncols=True)
+               disable=not (progress and main), unit="step" if cfg.budget.max_steps is not None else "s", dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]")
     status, stop_reason = "stopped", None
     try:
         engine = make_engine(cfg, policy, tokenizer)
