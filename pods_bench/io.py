@@ -17,6 +17,13 @@ from typing import Any, Callable, Iterable
 from pods_bench.errors import PodsBenchError
 
 
+def _default_mode() -> int:
+    """The mode a plain open() would give a new file (mkstemp's temporary files are 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -26,6 +33,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -50,6 +58,7 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, _default_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -142,3 +142,17 @@ def test_single_seed_has_no_interval():
     s = compare({"grpo": [BASE], "pods": [[0.5, 0.8, 0.9, 0.9, 0.9]]}, n_bootstrap=500).loc["pods"]
     assert np.isnan(s["speedup_ci_low"]) and np.isnan(s["peak_ci_high"])
     assert s["n_bootstrap"] == 0 and s["speedup"] == pytest.approx(1.5)
+
+
+def test_mean_accuracy_uses_the_common_window_when_arms_end_a_step_apart():
+    """Own runs stop once the clock passes the budget, so the arm's last checkpoint may come a
+    fraction of a step before the baseline's; the mean over the budget must still be defined."""
+    from pods_bench.analysis.speedup import pair_statistics
+
+    base = ArmCurves("grpo", np.array([0.0, 30.0, 60.8]), np.array([[0.3, 0.6, 0.7]]))
+    arm = ArmCurves("pods", np.array([0.0, 30.0, 60.5]), np.array([[0.3, 0.65, 0.7]]))
+    s = pair_statistics(base, base.curve()[None], arm, arm.curve()[None], q=0.99)
+    assert np.isfinite(s["mean_arm"]).all() and np.isfinite(s["mean_base"]).all()
+    assert s["mean_diff"][0] > 0
+    short = ArmCurves("pods", np.array([0.0, 30.0]), np.array([[0.3, 0.65]]))  # stopped halfway
+    assert np.isnan(pair_statistics(base, base.curve()[None], short, short.curve()[None], q=0.99)["mean_arm"]).all()
