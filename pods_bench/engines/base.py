@@ -27,7 +27,9 @@ class Rollouts:
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[list[int]]]  # token ids, no padding; ends with EOS if one was produced
-    completion_text: list[list[str]]  # decoded without special tokens
+    # decoded without the ending EOS and padding; other special tokens stay (answer-format tags
+    # such as <think> can be special tokens, and the format reward must see them)
+    completion_text: list[list[str]]
     logprobs: list[list[list[float]]] | None = None  # per-token sampling log-probs, if the engine reports them
     meta: dict = field(default_factory=dict)
 
