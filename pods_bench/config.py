@@ -98,6 +98,9 @@ class BudgetConfig:
     max_train_time_s: float | None = None  # training clock: generation + rewards + selection + update + sync
     max_steps: int | None = None
     checkpoint_every_s: float = 60.0  # a checkpoint each time the clock passes a multiple of this
+    # also a checkpoint every this many steps (None: by clock only); a step schedule makes two runs'
+    # checkpoints (and so their evaluation records) comparable record by record
+    checkpoint_every_steps: int | None = None
 
 
 @dataclass
@@ -365,6 +368,7 @@ def validate(cfg: TrainConfig) -> None:
     _require(b.max_train_time_s is None or b.max_train_time_s > 0, "config key budget.max_train_time_s must be > 0")
     _require(b.max_steps is None or b.max_steps >= 0, "config key budget.max_steps must be >= 0")
     _require(b.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
+    _require(b.checkpoint_every_steps is None or b.checkpoint_every_steps >= 1, "config key budget.checkpoint_every_steps must be >= 1 (or null)")
     e = cfg.eval
     _require(e.n_problems is None or e.n_problems >= 1, "config key eval.n_problems must be >= 1 (or null for all)")
     _require(e.repeats >= 1, "config key eval.repeats must be >= 1")

@@ -540,9 +540,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 bar.set_postfix(step=step, clock=f"{clock:.1f}s", reward=f"{reward_mean:.3f}", refresh=False)
                 bar.update(1 if cfg.budget.max_steps is not None else min(clock, bar_total) - bar.n)
 
-            # -- a checkpoint each time the clock passes a multiple of checkpoint_every_s
-            every = cfg.budget.checkpoint_every_s
-            if clock // every > last_checkpoint_clock // every:
+            # -- a checkpoint each time the clock passes a multiple of checkpoint_every_s (and, if
+            # set, every checkpoint_every_steps steps)
+            every, every_steps = cfg.budget.checkpoint_every_s, cfg.budget.checkpoint_every_steps
+            if clock // every > last_checkpoint_clock // every or (every_steps and step % every_steps == 0):
                 checkpoint_and_evaluate()
 
         if last_checkpoint_step != step:
