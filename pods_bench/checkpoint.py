@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.failpoints import failpoint
 from pods_bench.io import atomic_write_json
 
 CHECKPOINTS = "checkpoints"
@@ -191,6 +192,7 @@ def save_checkpoint(
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        failpoint("checkpoint")
     accelerator.wait_for_everyone()
     sha = params_sha256(model)
     torch.save({"rng": rng_state(selection_generator), "params_sha256": sha}, tmp / f"rank-{rank}.pt")

@@ -21,6 +21,7 @@ import numpy as np
 
 from pods_bench.engines.base import RolloutEngine, SamplingConfig
 from pods_bench.errors import PodsBenchError
+from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, read_jsonl
 
 EVAL_LOG = "eval.jsonl"
@@ -100,6 +101,7 @@ def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, re
 
 def evaluate_checkpoint(engine, benchmarks: list[Benchmark], cfg, reward_fn, state: dict) -> list[dict]:
     """eval.jsonl records of the policy the engine samples from, saved as checkpoint `state`."""
+    failpoint("eval")
     records = []
     for benchmark in benchmarks:
         started = time.perf_counter()

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.failpoints import failpoint
 
 
 def _default_mode() -> int:
@@ -54,7 +56,7 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
     `df.to_csv`). The writer sees a temporary path with the same suffix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
     os.close(fd)
     try:
         write(Path(tmp))
@@ -66,16 +68,62 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
         raise
 
 
+_TEMPORARY = re.compile(r"^\..+\.tmp(\.[^.]+)?$")  # what the two writers above name their temporary files
+
+
+def remove_temporaries(folder: str | os.PathLike) -> list[str]:
+    """Delete the temporary files a crash mid-write left in `folder` (not recursive); their targets
+    still hold the previous complete version. Returns the names removed."""
+    folder = Path(folder)
+    removed = []
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.is_file() and _TEMPORARY.match(p.name):
+                p.unlink(missing_ok=True)
+                removed.append(p.name)
+    return removed
+
+
 def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> None:
-    """Append complete lines and fsync, so a crash leaves at most a torn last line that
-    `read_jsonl(..., drop_torn_tail=True)` and `truncate_jsonl` handle."""
+    """Append complete lines and fsync. A crash mid-append leaves at most a torn last line, which
+    `read_jsonl(..., drop_torn_tail=True)` skips and the next append cuts off before writing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(r, default=str) + "\n" for r in records)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(data)
+    data = "".join(json.dumps(r, default=str) + "\n" for r in records).encode("utf-8")
+    _cut_torn_tail(path)
+    with open(path, "ab") as f:
+        half = len(data) // 2
+        f.write(data[:half])
+        f.flush()
+        failpoint(f"append_{path.stem}")  # crash tests kill here, leaving what a kill mid-write leaves
+        f.write(data[half:])
         f.flush()
         os.fsync(f.fileno())
+
+
+def _cut_torn_tail(path: Path, chunk: int = 1 << 16) -> None:
+    """Truncate `path` after its last newline: drop the torn line a crash mid-append left, so that
+    the next record starts on a line of its own instead of gluing onto the fragment."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        position = end
+        while position > 0:
+            start = max(0, position - chunk)
+            f.seek(start)
+            block = f.read(position - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                cut = start + newline + 1
+                break
+            position = start
+        else:
+            cut = 0
+        if cut != end:
+            f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def read_jsonl(path: str | os.PathLike, drop_torn_tail: bool = False) -> list[dict]:

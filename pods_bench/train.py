@@ -41,8 +41,9 @@ import torch
 from pods_bench import checkpoint as ckpt
 from pods_bench.config import TrainConfig
 from pods_bench.errors import PodsBenchError
+from pods_bench.failpoints import failpoint
 from pods_bench.evaluate import EVAL_LOG, evaluate_checkpoint, evaluated, load_benchmarks, prune_if_asked, render_prompts
-from pods_bench.io import append_jsonl, atomic_write_json, truncate_jsonl
+from pods_bench.io import append_jsonl, atomic_write_json, remove_temporaries, truncate_jsonl
 
 TRAIN_LOG = "train_log.jsonl"
 RUN_JSON = "run.json"
@@ -59,7 +60,13 @@ def read_run_json(run_dir: str | Path) -> dict:
     path = Path(run_dir) / RUN_JSON
     if not path.is_file():
         raise PodsBenchError(f"{run_dir} is not a run folder (no {RUN_JSON})")
-    return json.loads(path.read_text())
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise PodsBenchError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(run, dict) or not isinstance(run.get("config"), dict):
+        raise PodsBenchError(f"{path} has no config mapping (not written by pods-bench train?)")
+    return run
 
 
 # --- training prompts ----------------------------------------------------------------------------
@@ -391,6 +398,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_incomplete(run_dir)
+        remove_temporaries(run_dir)
         for log in (TRAIN_LOG, EVAL_LOG):
             truncate_jsonl(run_dir / log, lambda r: resume_from is not None and r["step"] <= step)
         run = {
@@ -426,10 +434,15 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         evaluate_pending(path)
 
     def evaluate_pending(path: Path) -> None:
-        if cfg.eval.inline and main and not set(cfg.eval.benchmarks) <= evaluated(run_dir).get(path.name, set()):
-            records = evaluate_checkpoint(engine, benchmarks, cfg, reward_fn, ckpt.read_state(path))
-            append_jsonl(run_dir / EVAL_LOG, records)
-            prune_if_asked(run_dir, cfg)
+        """Evaluate the checkpoint on the benchmarks it has no record for yet (after a crash in the
+        middle of writing its records, only the missing ones)."""
+        if cfg.eval.inline and main:
+            done = evaluated(run_dir).get(path.name, set())
+            missing = [b for b in benchmarks if b.name not in done]
+            if missing:
+                records = evaluate_checkpoint(engine, missing, cfg, reward_fn, ckpt.read_state(path))
+                append_jsonl(run_dir / EVAL_LOG, records)
+                prune_if_asked(run_dir, cfg)
         accelerator.wait_for_everyone()
 
     bar_total = cfg.budget.max_steps if cfg.budget.max_steps is not None else cfg.budget.max_train_time_s
@@ -457,6 +470,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             batch = [problems[i] for i in indices]
 
             # 2. rollouts
+            failpoint("gen")
             with timed(times, "gen", accelerator.device):
                 sampling = replace(cfg.sampling, seed=derived_seed(sampling_seed, step, rank))
                 rollouts = engine.generate([prompts[i] for i in indices], n, sampling)
@@ -482,6 +496,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                             sequences.append(KeptRollout(rollouts.prompt_ids[p], rollouts.completion_ids[p][j], a))
 
             # 6. policy-gradient update
+            failpoint("update")
             with timed(times, "update", accelerator.device):
                 update = update_policy(model, policy, ref_model, sequences, cfg, accelerator, optimizer, scheduler, pad_id)
 

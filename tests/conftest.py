@@ -60,3 +60,56 @@ def smoke_model_dir(tmp_path_factory) -> Path:
     finally:
         torch.set_num_threads(threads)
     return folder
+
+
+# --- no leaked processes -------------------------------------------------------------------------
+# Python's own per-interpreter helpers live as long as the test process by design; their children
+# (e.g. grading workers forked by the forkserver) are checked like any other process.
+_INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def leftover_processes() -> list:
+    """Live descendants of this process, except Python's forkserver and resource tracker."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children():
+        try:
+            helper = any(h in " ".join(child.cmdline()) for h in _INTERPRETER_HELPERS)
+            found += ([] if helper else [child]) + child.children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    alive = []
+    for p in found:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_for_no_leftovers(timeout_s: float = 10.0) -> list:
+    """Leftover processes still alive after `timeout_s` (pools shut down asynchronously)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while (left := leftover_processes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_leaked_processes(request):
+    """After each test module (and its fixtures) finishes, no process it started may be left:
+    grading pools, engines and workflow jobs must all have been shut down."""
+    yield
+    left = wait_for_no_leftovers()
+    if left:
+        described = []
+        for p in left:
+            try:
+                described.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            except Exception:
+                described.append(str(p.pid))
+        pytest.fail(f"{request.module.__name__} left processes running: {described}", pytrace=False)

@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from pods_bench.errors import PodsBenchError
-from pods_bench.io import append_jsonl, atomic_write_json, atomic_write_with, read_jsonl, truncate_jsonl
+from pods_bench.io import append_jsonl, atomic_write_json, atomic_write_with, read_jsonl, remove_temporaries, truncate_jsonl
 
 
 def test_atomic_files_get_the_permissions_a_plain_open_would_give(tmp_path):
@@ -41,3 +41,29 @@ def test_torn_tail_is_dropped_and_truncate_keeps_complete_records(tmp_path):
     assert read_jsonl(path, drop_torn_tail=True) == [{"step": 1}, {"step": 2}]
     assert truncate_jsonl(path, lambda r: r["step"] <= 1) == 1
     assert read_jsonl(path) == [{"step": 1}]
+
+
+def test_an_append_after_a_crash_mid_append_starts_on_a_fresh_line(tmp_path):
+    path = tmp_path / "eval.jsonl"
+    append_jsonl(path, [{"step": 0, "benchmark": "arith"}])
+    with open(path, "a") as f:
+        f.write('{"step": 0, "benchmark": "gsm8k", "answer_acc": [0.')  # killed mid-append
+    append_jsonl(path, [{"step": 0, "benchmark": "gsm8k"}])
+    assert read_jsonl(path) == [{"step": 0, "benchmark": "arith"}, {"step": 0, "benchmark": "gsm8k"}]
+
+    big = tmp_path / "big.jsonl"  # a torn line longer than the backwards-reading block
+    big.write_text('{"a": 1}\n{"b": "' + "x" * 200_000)
+    append_jsonl(big, [{"c": 3}])
+    assert read_jsonl(big) == [{"a": 1}, {"c": 3}]
+    only_torn = tmp_path / "torn.jsonl"
+    only_torn.write_text('{"a"')
+    append_jsonl(only_torn, [{"c": 3}])
+    assert read_jsonl(only_torn) == [{"c": 3}]
+
+
+def test_temporaries_left_by_a_killed_writer_are_recognised(tmp_path):
+    left = [".run.json.k3j_x9a2.tmp", ".accuracy.png.ab12cd34.tmp.png"]  # as atomic_write_* name them
+    for name in left + [".hidden", "run.json", "notes.tmp"]:
+        (tmp_path / name).write_text("x")
+    assert sorted(remove_temporaries(tmp_path)) == sorted(left)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "notes.tmp", "run.json"]

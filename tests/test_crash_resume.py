@@ -1,0 +1,152 @@
+"""Kill -9 fault injection: a training run killed with SIGKILL at 10 moments and resumed each time by
+rerunning the same command ends with the same train_log.jsonl and eval.jsonl as a run never killed.
+
+The kills come from `pods_bench.failpoints` (PODS_BENCH_KILL_AT): the process sends itself SIGKILL at
+the k-th generation, update, checkpoint write, evaluation or log append, at once or after a random
+delay, i.e. somewhere inside the work that follows. Two kills of each kind, points, hits and delays
+drawn from a seeded generator.
+
+Compared exactly: every field of every record except the wall-clock measurements (TIMING_FIELDS:
+train_time_s, time_*_s, eval_time_s), which differ between any two runs. Everything else (rewards,
+losses, gradient norms, token counts, accuracies, example completions, the final weights' hash) is a
+deterministic function of config and seed on CPU: sampling seeds derive from (seed, step), the RNG
+states are restored from the checkpoint, evaluation samples with fixed seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import psutil
+import pytest
+import yaml
+
+from tests.tiny_runs import read_lines, tiny_run, without_timings
+
+pytestmark = pytest.mark.slow
+
+# 10 kills: two in each phase; of the two mid-line kills one tears train_log.jsonl, one eval.jsonl
+KILLS = {"gen": 2, "update": 2, "checkpoint": 2, "eval": 2, "append_train_log": 1, "append_eval": 1}
+SEED = 20260430
+# Long enough that no planned kill finds the run already finished (a killed attempt gets up to two
+# checkpoints, four steps, further: 10 x 4 = 40).
+STEPS = 40
+SETTINGS = dict(
+    budget={"max_steps": STEPS, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
+    eval={"benchmarks": ["arith", "gsm8k"], "n_problems": 4, "max_new_tokens": 12, "n_examples": 1, "inline": True},
+    reward={"workers": 1},  # a real grading process, which must not outlive a killed trainer
+)
+
+
+def kill_plan(seed: int) -> list[str]:
+    """PODS_BENCH_KILL_AT values in random order, each at the point's first or second pass; phase
+    kills wait a random 0-150 ms (a tiny-model phase lasts ~10-300 ms), append kills land mid-line."""
+    rng = random.Random(seed)
+    points = [p for p, count in KILLS.items() for _ in range(count)]
+    rng.shuffle(points)
+    return [f"{p}:{rng.randint(1, 2)}" + ("" if p.startswith("append") else f":{rng.randint(0, 150)}") for p in points]
+
+
+def start_training(config_path, env_extra: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pods_bench", "train", "--config", str(config_path), "--no-progress"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # the trainer and its grading processes share a session id we can find
+    )
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            pass
+    return found
+
+
+def wait_for_orphans(sid: int, timeout: float = 20.0) -> list[psutil.Process]:
+    """Processes of the killed trainer's session still alive after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (alive := session_processes(sid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return alive
+
+
+def write_config(path, run_dir, data_dir):
+    cfg = tiny_run(run_dir, data_dir=str(data_dir), **SETTINGS)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def aftermath(run_dir) -> dict:
+    """What a kill left behind: torn last lines, temporary checkpoint folders, the last logged step."""
+    torn = [log for log in ("train_log.jsonl", "eval.jsonl")
+            if (run_dir / log).exists() and not (run_dir / log).read_bytes().endswith(b"\n")]
+    partial = [p.name for p in (run_dir / "checkpoints").glob(".tmp-*")] if (run_dir / "checkpoints").is_dir() else []
+    return {"torn": torn, "partial_checkpoints": partial}
+
+
+def keys(records: list[dict], fields: tuple[str, ...]) -> list[tuple]:
+    return [tuple(r[f] for f in fields) for r in records]
+
+
+def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
+    straight_cfg = write_config(tmp_path / "straight.yaml", tmp_path / "straight", data_dir)
+    killed_cfg = write_config(tmp_path / "killed.yaml", tmp_path / "killed", data_dir)
+
+    proc = start_training(straight_cfg)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+
+    landed, orphans, torn, partial = [], [], 0, 0
+    for spec in kill_plan(SEED):
+        proc = start_training(killed_cfg, {"PODS_BENCH_KILL_AT": spec})
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == -signal.SIGKILL, f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
+        landed.append(spec)
+        left = aftermath(tmp_path / "killed")
+        print(f"\n  {spec:>16}: torn lines {left['torn']}, partial checkpoints {left['partial_checkpoints']}", end="")
+        torn += bool(left["torn"])
+        partial += bool(left["partial_checkpoints"])
+        orphans += wait_for_orphans(proc.pid)
+    assert not orphans, f"processes outlived the killed trainer: {[p.cmdline() for p in orphans]}"
+    # the dangerous states were really produced (and then repaired by the resumes)
+    assert torn >= 2 and partial >= 1, (torn, partial)
+
+    proc = start_training(killed_cfg)  # the final, uninterrupted resume
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    steps_a, steps_b = read_lines(straight / "train_log.jsonl"), read_lines(killed / "train_log.jsonl")
+    evals_a, evals_b = read_lines(straight / "eval.jsonl"), read_lines(killed / "eval.jsonl")
+    step_keys, eval_keys = keys(steps_b, ("step",)), keys(evals_b, ("checkpoint", "benchmark"))
+    lost = len(set(keys(steps_a, ("step",))) - set(step_keys)) + len(set(keys(evals_a, ("checkpoint", "benchmark"))) - set(eval_keys))
+    duplicated = sum(c - 1 for c in Counter(step_keys).values()) + sum(c - 1 for c in Counter(eval_keys).values())
+    info = json.loads((killed / "run.json").read_text())
+    print(f"\nkill -9 fault injection: {len(landed)} kills ({', '.join(landed)}), {len(info['resumed'])} resumes, "
+          f"{len(steps_b)} steps and {len(evals_b)} eval records; {torn} kills left a torn log line, {partial} a partial "
+          f"checkpoint; lost {lost}, duplicated {duplicated}")
+
+    assert [r["step"] for r in steps_a] == list(range(1, STEPS + 1))
+    assert (lost, duplicated) == (0, 0)
+    assert without_timings(steps_b) == without_timings(steps_a)
+    assert without_timings(evals_b) == without_timings(evals_a)  # same records, same order
+    assert len(evals_a) == 2 * (STEPS // 2 + 1)  # checkpoints at steps 0, 2, 4, ... on two benchmarks
+
+    assert info["status"] == "finished" and len(info["resumed"]) == len(landed)
+    sha = lambda run: json.loads((run / f"checkpoints/step-{STEPS:06d}/state.json").read_text())["params_sha256"]  # noqa: E731
+    assert sha(killed) == sha(straight)
+    names = lambda run: sorted(p.name for p in (run / "checkpoints").iterdir())  # noqa: E731
+    assert names(killed) == names(straight)  # no temporary checkpoint folders left
+    assert not [p.name for p in killed.iterdir() if p.name.startswith(".")]  # no temporary files left
