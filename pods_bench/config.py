@@ -301,11 +301,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Tr
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise PodsBenchError(f"config file {path} does not exist")
+            raise PodsBenchError(f"config file {path} {'is not a file' if path.exists() else 'does not exist'}")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             raise PodsBenchError(f"config file {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+        except UnicodeDecodeError as e:
+            raise PodsBenchError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
         if not isinstance(data, dict):
             raise PodsBenchError(f"config file {path} must hold a mapping of config keys")
     return config_from_dict(data, overrides)

@@ -22,8 +22,9 @@ def _summaries(args, n_bootstrap: int):
         print(f"pods-bench: warning: {warning}", file=sys.stderr)
     options = AnalysisOptions(baseline=args.baseline, q=args.q, benchmark=args.benchmark, metric=args.metric,
                               n_bootstrap=n_bootstrap, seed=args.seed)
-    for exp in experiments:
-        yield summarize(exp, options)
+    # every experiment is summarised before anything is written, so that bad input for one of them
+    # (say, a --baseline it lacks) fails the command without leaving the others' files rewritten
+    return [summarize(exp, options) for exp in experiments]
 
 
 def _report(summary) -> None:

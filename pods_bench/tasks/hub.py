@@ -74,10 +74,17 @@ class HubTask(Task):
             raise PodsBenchError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
         if not has_rows:  # datasets raises a bare StopIteration on an empty file
             raise PodsBenchError(f"{path}: empty file (no rows)")
+        # no "Generating train split" bar: a local file loads in a moment, and the bar would stand
+        # on stderr before any one-line error about the file
+        bars_were_on = not datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()
         try:
             return datasets.load_dataset("json", data_files=str(path), split="train")
         except Exception as e:
             raise PodsBenchError(f"{path}: not valid JSON Lines ({type(e).__name__})") from e
+        finally:
+            if bars_were_on:
+                datasets.enable_progress_bars()
 
     def _from_hub(self, split: str):
         import datasets
