@@ -8,7 +8,9 @@ Bad input raises `PodsBenchError`; here it becomes one line on stderr and exit s
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Callable
 
 from pods_bench.errors import PodsBenchError
@@ -146,9 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM (what schedulers such as Slurm send before SIGKILL) turned into an exception, so that
+    `finally` blocks run: grading processes are shut down and run.json says "stopped"."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # where handlers live
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         rc = args._handler(args)
     except PodsBenchError as e:
@@ -157,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pods-bench: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("pods-bench: terminated (SIGTERM)", file=sys.stderr)
+        return 143
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return int(rc or 0)
 
 

@@ -1,0 +1,115 @@
+"""Grading processes never outlive the command that started them: not after a normal end, an
+exception in the middle of training or evaluation, Ctrl-C or SIGTERM (a scheduler's stop), and not
+after SIGKILL either (the workers notice their parent is gone; tests/test_crash_resume.py).
+tests/conftest.py also checks after every test module that nothing was left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from pods_bench.config import config_from_dict
+from pods_bench.evaluate import evaluate_run
+from pods_bench.rewards import RewardConfig, RewardFunction
+from pods_bench.train import train
+from tests.conftest import leftover_processes, wait_for_no_leftovers
+from tests.tiny_runs import read_lines, tiny_run
+
+WITH_POOL = {"workers": 1}  # a real grading process
+
+
+def test_the_grading_pool_starts_workers_and_close_stops_them():
+    with RewardFunction(RewardConfig(workers=2)) as reward:
+        reward(["<answer>1</answer>"], ["1"])
+        pids = reward.worker_pids()
+        assert len(pids) == 2 and {p.pid for p in leftover_processes()} >= set(pids)
+    assert wait_for_no_leftovers(5.0) == []
+
+
+def test_an_exception_mid_training_shuts_the_pool_down(tmp_path, monkeypatch):
+    import pods_bench.train as trainer
+
+    calls = {"n": 0}
+    real_update = trainer.update_policy
+
+    def failing_update(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "update_policy", failing_update)
+    cfg = config_from_dict(tiny_run(tmp_path / "run", reward=WITH_POOL, eval={"inline": False}))
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        train(cfg, progress=False)
+    assert wait_for_no_leftovers(5.0) == []
+    info = json.loads((tmp_path / "run/run.json").read_text())
+    assert (info["status"], info["step"]) == ("stopped", 1)
+
+
+def test_an_exception_mid_evaluation_shuts_the_pool_down(tmp_path, monkeypatch):
+    run_dir = train(config_from_dict(tiny_run(tmp_path / "run", budget={"max_steps": 1}, reward=WITH_POOL,
+                                              eval={"inline": False})), progress=False)
+    import pods_bench.evaluate as evaluation
+
+    def failing(*args, **kwargs):
+        raise MemoryError("out of memory while evaluating")
+
+    monkeypatch.setattr(evaluation, "evaluate_checkpoint", failing)
+    with pytest.raises(MemoryError):
+        evaluate_run(run_dir)
+    assert wait_for_no_leftovers(5.0) == []
+    assert not (run_dir / "eval.jsonl").exists()
+
+
+def session_alive(sid: int) -> list[int]:
+    import psutil
+
+    alive = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            pass
+    return alive
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code, message", [(signal.SIGINT, 130, "pods-bench: interrupted"),
+                                                 (signal.SIGTERM, 143, "pods-bench: terminated (SIGTERM)")])
+def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code, message):
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump(tiny_run(tmp_path / "run", reward=WITH_POOL, budget={"max_steps": 400},
+                                              eval={"inline": False})))
+    command = [sys.executable, "-m", "pods_bench", "train", "--config", str(config), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log = tmp_path / "run/train_log.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and log.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == code, err[-2000:]
+    assert err.strip().splitlines()[-1] == message and "Traceback" not in err
+    stopped_at = json.loads((tmp_path / "run/run.json").read_text())
+    assert stopped_at["status"] == "stopped"
+    deadline = time.monotonic() + 10
+    while session_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert session_alive(proc.pid) == []  # the grading worker is gone too
+
+    # rerunning the command resumes from the last checkpoint (step 0 here) and finishes
+    resumed = subprocess.run(command + ["--set", "budget.max_steps=3"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [r["step"] for r in read_lines(log)] == [1, 2, 3]
