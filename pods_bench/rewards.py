@@ -5,6 +5,12 @@
 - correctness (0 or 1): the answer extracted from the completion (`extract_answer`: the last
   `<answer>...</answer>` block, else the last `\\boxed{}`, else the last number) is equivalent to the
   gold answer according to math-verify (`\\frac{1}{2}` = 0.5, `1,000` = 1000, `$72` = 72).
+  math-verify reads one value from an answer and drops what it cannot use around it: as
+  `72 \\text{ dollars}` is 72, so are `x \\not= 72`, `\\foo 72^{2}` and 72 with a unicode superscript.
+  Such answers spell out the gold; among ~2,000 adversarial completions
+  (tests/test_rewards_adversarial.py) none passes without it. Only ASCII digits are read: full-width
+  digits are not, nor is a number with a character glued in front (`x72`, or even an invisible
+  right-to-left mark).
 - format in [0, 1] and tags in [0, 1]: the shaping terms of the official PODS code
   (github.com/YixuanEvenXu/pods). Default style "pods", its single-GPU training code (`utils/data.py`:
   `format_reward_func` = 0.1 x `format_score`, `xmlcount_reward_func` = 0.1 x `tag_score`, so weights
@@ -18,7 +24,8 @@ math-verify enforces its timeouts with SIGALRM, which only works in a process's 
 long C-level sympy/bigint operation can outlive the alarm. So grading runs in worker processes
 (`workers` of them), each with math-verify's own timeouts, and the parent kills any worker that is
 still busy with one item after `deadline_s`, replaces it, and scores the item 0. A timeout or an
-exception never escapes: it scores 0 and is counted (`n_timeouts`, `n_errors`).
+exception never escapes: it scores 0 and is counted (`n_timeouts`, of which `n_killed` by the hard
+deadline, and `n_errors`); `seconds` holds each item's grading time.
 """
 
 from __future__ import annotations
@@ -199,7 +206,7 @@ def format_correct(completion: str) -> bool:
 
 # --- grading one item (runs in a worker process, or in the main thread with workers=0) -----------
 
-OK, TIMEOUT, ERROR = 0, 1, 2
+OK, TIMEOUT, ERROR, KILLED = 0, 1, 2, 3  # KILLED: a timeout enforced by killing the worker
 
 # math-verify reports timeouts and the exceptions it swallows only through its logger; these are
 # the message prefixes of math-verify 0.9 (the fuzz test fails if timeouts stop being seen).
@@ -405,7 +412,7 @@ class _GraderPool:
                     self._lose_current_item(w, ERROR, items, queue, results)
                     continue
                 if w.pending and time.monotonic() - w.started > deadline_s:
-                    self._lose_current_item(w, TIMEOUT, items, queue, results)
+                    self._lose_current_item(w, KILLED, items, queue, results)
         return results
 
     def _send(self, w: _Worker, chunk: list[tuple]) -> None:
@@ -491,6 +498,7 @@ class RewardBreakdown:
     n_timeouts: int  # items stopped by math-verify's timeout or the hard deadline (scored 0)
     n_errors: int  # items on which the verifier raised (scored 0)
     seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # grading wall time per item
+    n_killed: int = 0  # of n_timeouts, items stopped by the hard deadline (their worker was killed)
 
 
 class RewardFunction:
@@ -583,7 +591,8 @@ class RewardFunction:
             correctness=correctness,
             format=fmt,
             tags=tags,
-            n_timeouts=int((statuses == TIMEOUT).sum()),
+            n_timeouts=int(np.isin(statuses, (TIMEOUT, KILLED)).sum()),
             n_errors=int((statuses == ERROR).sum()),
             seconds=seconds,
+            n_killed=int((statuses == KILLED).sum()),
         )

@@ -339,7 +339,7 @@ def test_a_stuck_worker_is_killed_and_replaced():
     with RewardFunction(config) as r:
         result = r([r"\boxed{72}", r"\boxed{2^{2^{2^{2^{2^{2}}}}}}", "<answer>72</answer>"], ["72", "72", "72"])
         assert list(result.correctness) == [1, 0, 1]
-        assert result.n_timeouts == 1 and r.worker_restarts >= 1
+        assert result.n_timeouts == 1 and result.n_killed == 1 and r.worker_restarts >= 1
         assert result.seconds[1] <= 0.5 + 1.0
         replaced = r.worker_pids()
     assert _wait_gone(replaced) == {}
