@@ -366,7 +366,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     set_seed(derived_seed(cfg.seed, rank))  # python, numpy, torch from here on: dropout differs per process
     pad_id = tokenizer.pad_token_id
     problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
-    benchmarks = load_benchmarks(cfg, tokenizer) if cfg.eval.inline and main else []
+    # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
+    # stop the run now, not after hours of training
+    benchmarks = load_benchmarks(cfg, tokenizer) if main else []
     ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 else None
     model = accelerator.prepare(policy)  # DDP with several processes; `policy` stays the plain module
     policy = accelerator.unwrap_model(model)

@@ -73,6 +73,8 @@ def train_config(**sections) -> Callable[[Path], None]:
 
     def make(tmp: Path) -> None:
         cfg = tiny_run(tmp / "run", budget={"max_steps": 1}, **sections)
+        if "data_dir" in cfg:
+            cfg["data_dir"] = cfg["data_dir"].replace("{tmp}", str(tmp))
         (tmp / "train.yaml").write_text(yaml.safe_dump(cfg))
 
     return make
@@ -216,6 +218,10 @@ CASES = [
          "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: row 1 has no value for field 'answer'", NO_RUN),
     Case("dataset file missing (only a test split)", gsm8k_split("test", [GSM8K_ROW]), TRAIN,
          "pods-bench: error: task gsm8k: no file {tmp}/data/gsm8k/train.jsonl[.gz]", NO_RUN),
+    Case("evaluation data missing, evaluation after training",
+         both(write("data/gsm8k/train.jsonl", json.dumps(GSM8K_ROW) + "\n"),
+              train_config(data_dir="{tmp}/data", eval={"inline": False, "benchmarks": ["gsm8k"]})), TRAIN,
+         "pods-bench: error: task gsm8k: no file {tmp}/data/gsm8k/test.jsonl[.gz]", NO_RUN),
     Case("model folder missing", train_config(), TRAIN + " --set model.name={tmp}/model",
          "pods-bench: error: model folder {tmp}/model does not exist", NO_RUN),
     Case("output_dir holds a run with another config", finished_run, TRAIN + " --set selection.n=8",

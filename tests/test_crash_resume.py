@@ -47,11 +47,21 @@ SETTINGS = dict(
 
 def kill_plan(seed: int) -> list[str]:
     """PODS_BENCH_KILL_AT values in random order, each at the point's first or second pass; phase
-    kills wait a random 0-150 ms (a tiny-model phase lasts ~10-300 ms), append kills land mid-line."""
+    kills wait a random 0-150 ms (a tiny-model phase lasts ~10-300 ms), except one checkpoint kill,
+    which strikes as soon as the temporary folder exists (a checkpoint write takes only ~50 ms
+    here, so a delayed kill can miss it); append kills land mid-line."""
     rng = random.Random(seed)
     points = [p for p, count in KILLS.items() for _ in range(count)]
     rng.shuffle(points)
-    return [f"{p}:{rng.randint(1, 2)}" + ("" if p.startswith("append") else f":{rng.randint(0, 150)}") for p in points]
+    plan, immediate_checkpoint = [], True
+    for p in points:
+        spec = f"{p}:{rng.randint(1, 2)}"
+        if p == "checkpoint" and immediate_checkpoint:
+            spec, immediate_checkpoint = spec + ":0", False
+        elif not p.startswith("append"):
+            spec += f":{rng.randint(0, 150)}"
+        plan.append(spec)
+    return plan
 
 
 def start_training(config_path, env_extra: dict | None = None) -> subprocess.Popen:
