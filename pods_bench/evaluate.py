@@ -22,9 +22,10 @@ import numpy as np
 from pods_bench.engines.base import RolloutEngine, SamplingConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
-from pods_bench.io import append_jsonl, read_jsonl
+from pods_bench.io import append_jsonl, locked, read_jsonl
 
 EVAL_LOG = "eval.jsonl"
+EVAL_LOCK = ".eval.lock"  # held while eval.jsonl is checked and changed
 
 
 @dataclass
@@ -126,6 +127,19 @@ def evaluated(run_dir: str | Path) -> dict[str, set[str]]:
     return done
 
 
+def append_eval_records(run_dir: str | Path, records: list[dict]) -> int:
+    """Append the records whose (checkpoint, benchmark) has none yet; returns how many. Checked and
+    written under the run's eval lock, so that two evaluators of one run (the trainer inline and
+    `pods-bench evaluate`, or two of the latter) never duplicate a record."""
+    run_dir = Path(run_dir)
+    with locked(run_dir / EVAL_LOCK):
+        done = evaluated(run_dir)
+        new = [r for r in records if r["benchmark"] not in done.get(r["checkpoint"], set())]
+        if new:
+            append_jsonl(run_dir / EVAL_LOG, new)
+    return len(new)
+
+
 def fully_evaluated(run_dir: str | Path, benchmarks: list[str]) -> set[str]:
     return {name for name, done in evaluated(run_dir).items() if set(benchmarks) <= done}
 
@@ -163,8 +177,7 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
                     engine.sync_weights(model)
                 missing = [b for b in benchmarks if b.name not in done.get(checkpoint.name, set())]
                 records = evaluate_checkpoint(engine, missing, cfg, reward_fn, ckpt.read_state(checkpoint))
-                append_jsonl(run_dir / EVAL_LOG, records)
-                written += len(records)
+                written += append_eval_records(run_dir, records)
                 prune_if_asked(run_dir, cfg)
         finally:
             if engine is not None:

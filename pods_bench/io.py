@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -159,3 +160,24 @@ def truncate_jsonl(path: str | os.PathLike, keep: Callable[[dict], bool]) -> int
     kept = [r for r in records if keep(r)]
     atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in kept))
     return len(records) - len(kept)
+
+
+@contextmanager
+def locked(path: str | os.PathLike, busy: str | None = None):
+    """Hold an exclusive lock on the file `path` (created if missing) for the block. The kernel
+    releases it when the process ends, even by SIGKILL, so a crash never leaves a stale lock.
+    With `busy`, fail at once with that message if another process holds the lock; else wait.
+    (flock is advisory and per host: it keeps processes of one machine apart.)"""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if busy else 0))
+        except BlockingIOError:
+            raise PodsBenchError(busy) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -42,10 +42,13 @@ from pods_bench import checkpoint as ckpt
 from pods_bench.config import TrainConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
-from pods_bench.evaluate import EVAL_LOG, evaluate_checkpoint, evaluated, load_benchmarks, prune_if_asked, render_prompts
-from pods_bench.io import append_jsonl, atomic_write_json, remove_temporaries, truncate_jsonl
+from pods_bench.evaluate import (
+    EVAL_LOCK, EVAL_LOG, append_eval_records, evaluate_checkpoint, evaluated, load_benchmarks, prune_if_asked, render_prompts,
+)
+from pods_bench.io import append_jsonl, atomic_write_json, locked, remove_temporaries, truncate_jsonl
 
 TRAIN_LOG = "train_log.jsonl"
+TRAIN_LOCK = ".train.lock"  # held by the training process for the whole run
 RUN_JSON = "run.json"
 PHASES = ("gen", "reward", "select", "update", "sync")
 # Config keys that may change when a run is resumed (e.g. a larger budget); anything else must match.
@@ -396,13 +399,18 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         step, clock, cursor = state["step"], state["train_time_s"], state["data_cursor"]
     last_checkpoint_clock, last_checkpoint_step = (clock, step) if resume_from is not None else (None, None)
 
-    # -- the run folder: logs cut back to the checkpoint, so no record is lost or duplicated
+    # -- the run folder: ours alone while we train (a second trainer of it stops here), logs cut
+    # back to the checkpoint, so no record is lost or duplicated
+    run_lock = ExitStack()
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
+        run_lock.enter_context(locked(run_dir / TRAIN_LOCK, busy=f"{run_dir} is being trained by another process (it holds {TRAIN_LOCK}); stop it first"))
         ckpt.remove_incomplete(run_dir)
         remove_temporaries(run_dir)
-        for log in (TRAIN_LOG, EVAL_LOG):
-            truncate_jsonl(run_dir / log, lambda r: resume_from is not None and r["step"] <= step)
+        keep = lambda r: resume_from is not None and r["step"] <= step  # noqa: E731
+        truncate_jsonl(run_dir / TRAIN_LOG, keep)
+        with locked(run_dir / EVAL_LOCK):
+            truncate_jsonl(run_dir / EVAL_LOG, keep)
         run = {
             "experiment": cfg.experiment,
             "arm": cfg.arm,
@@ -443,7 +451,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             missing = [b for b in benchmarks if b.name not in done]
             if missing:
                 records = evaluate_checkpoint(engine, missing, cfg, reward_fn, ckpt.read_state(path))
-                append_jsonl(run_dir / EVAL_LOG, records)
+                append_eval_records(run_dir, records)
                 prune_if_asked(run_dir, cfg)
         accelerator.wait_for_everyone()
 
@@ -575,4 +583,5 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             run = read_run_json(run_dir)
             run.update(status=status, stop_reason=stop_reason, finished_at=now(), step=step, train_time_s=clock)
             atomic_write_json(run_dir / RUN_JSON, run)
+        run_lock.close()
     return run_dir

@@ -159,4 +159,5 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
     assert sha(killed) == sha(straight)
     names = lambda run: sorted(p.name for p in (run / "checkpoints").iterdir())  # noqa: E731
     assert names(killed) == names(straight)  # no temporary checkpoint folders left
-    assert not [p.name for p in killed.iterdir() if p.name.startswith(".")]  # no temporary files left
+    # no temporary files left (the lock files stay: the kernel released their locks with the process)
+    assert not [p.name for p in killed.iterdir() if p.name.startswith(".") and p.suffix != ".lock"]

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
 
-from tests.tiny_runs import read_lines, tiny_run
+from tests.tiny_runs import read_lines, tiny_run, without_timings
 
 
 def free_port() -> int:
@@ -22,21 +25,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def two_process_command(config: Path) -> list[str]:
+    """`accelerate launch` of two training processes. `--multi_gpu` selects accelerate's torchrun
+    launcher; with `device: cpu` the processes join a gloo group on CPU. (`--cpu` alone starts one
+    process unless mpirun is used.)"""
+    accelerate = Path(sys.executable).with_name("accelerate")
+    return [
+        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+        "-m", "pods_bench", "train", "--config", str(config), "--no-progress",
+    ]
+
+
 @pytest.mark.slow
 def test_two_processes_train_identical_weights_and_log_once(tmp_path):
     run_dir = tmp_path / "run"
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(tiny_run(run_dir, budget={"max_steps": 2}, eval={"n_problems": 4})))
-    accelerate = Path(sys.executable).with_name("accelerate")
-    # `--multi_gpu` selects accelerate's torchrun launcher; with `device: cpu` the processes join a
-    # gloo group on CPU. (`--cpu` alone starts one process unless mpirun is used.)
-    command = [
-        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        "-m", "pods_bench", "train", "--config", str(config), "--no-progress",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
 
     info = json.loads((run_dir / "run.json").read_text())
@@ -58,3 +67,46 @@ def test_two_processes_train_identical_weights_and_log_once(tmp_path):
         assert not torch.equal(ranks[0]["rng"]["torch"], ranks[1]["rng"]["torch"])
         hashes.append(state["params_sha256"])
     assert hashes[0] != hashes[1]  # the weights did move, identically on both processes
+
+
+@pytest.mark.slow
+def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path):
+    """SIGKILL to the launcher and both training processes (a preempted 8-GPU job, in small), then
+    the same command again: the run resumes from its last checkpoint on both processes."""
+    settings = dict(budget={"max_steps": 6, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
+                    eval={"n_problems": 4}, reward={"workers": 1})
+    runs = {}
+    for name in ("straight", "killed"):
+        runs[name] = tmp_path / name
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(tiny_run(runs[name], **settings)))
+
+    done = subprocess.run(two_process_command(tmp_path / "straight.yaml"), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    job = subprocess.Popen(two_process_command(tmp_path / "killed.yaml"), env=ENV, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    log = runs["killed"] / "train_log.jsonl"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and log.read_text().count("\n") >= 3):  # past the step-2 checkpoint
+        assert job.poll() is None and time.monotonic() < deadline, "the job ended before it could be killed"
+        time.sleep(0.02)
+    # the whole process tree at once, as a scheduler's cgroup kill does (torchrun puts its workers
+    # in their own process groups, so killing the launcher's group alone would leave them running)
+    tree = [psutil.Process(job.pid)] + psutil.Process(job.pid).children(recursive=True)
+    assert len(tree) >= 3  # launcher and two training processes (and their grading workers)
+    for p in tree:
+        p.send_signal(signal.SIGKILL)
+    job.wait()
+    gone, alive = psutil.wait_procs(tree, timeout=20)
+    assert not alive
+    killed_at = len(read_lines(log))
+    assert killed_at < 6
+
+    done = subprocess.run(two_process_command(tmp_path / "killed.yaml"), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = json.loads((runs["killed"] / "run.json").read_text())
+    assert [r["checkpoint"] for r in info["resumed"]] == ["step-000002" if killed_at < 4 else "step-000004"]
+    for log_name in ("train_log.jsonl", "eval.jsonl"):
+        assert without_timings(read_lines(runs["killed"] / log_name)) == without_timings(read_lines(runs["straight"] / log_name))
+    final = lambda run: json.loads((run / "checkpoints/step-000006/state.json").read_text())["params_sha256"]  # noqa: E731
+    assert final(runs["killed"]) == final(runs["straight"])

@@ -194,3 +194,27 @@ def test_the_vllm_engine_is_a_config_choice(tmp_path):
     evals = read_lines(run_dir / "eval.jsonl")
     # the engine samples from the updated weights: same seeds, different completions
     assert [e["completion"] for e in evals[0]["examples"]] != [e["completion"] for e in evals[1]["examples"]]
+
+
+def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
+    """E.g. training processes left running by a killed launcher, and the job started again."""
+    from pods_bench.io import locked
+
+    config = tmp_path / "train.yaml"
+    config.write_text(json.dumps(tiny_run(tmp_path / "run", budget={"max_steps": 1}, eval={"inline": False})))
+    with locked(tmp_path / "run" / ".train.lock"):  # what a running trainer holds
+        assert cli(["train", "--config", str(config), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pods-bench: error: {tmp_path / 'run'} is being trained by another process (it holds .train.lock); stop it first\n"
+    assert not (tmp_path / "run" / "run.json").exists()
+    assert cli(["train", "--config", str(config), "--no-progress"]) == 0  # the lock died with its holder
+
+
+def test_two_evaluators_of_a_run_never_duplicate_a_record(tmp_path):
+    from pods_bench.evaluate import append_eval_records
+
+    records = [{"checkpoint": "step-000000", "step": 0, "benchmark": b, "answer_acc": [0.5]} for b in ("arith", "gsm8k")]
+    assert append_eval_records(tmp_path, records[:1]) == 1
+    assert append_eval_records(tmp_path, records) == 1  # arith was there already
+    assert append_eval_records(tmp_path, records) == 0
+    assert read_lines(tmp_path / "eval.jsonl") == records
