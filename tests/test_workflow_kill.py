@@ -17,6 +17,7 @@ import sys
 import time
 
 import pandas as pd
+import psutil
 import pytest
 
 from pods_bench.io import read_jsonl
@@ -73,8 +74,12 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
         assert proc.poll() is None, "the workflow ended before it could be killed"
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    # Snakemake and every job process at once, as a node failure or a scheduler's cgroup kill
+    tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    for p in tree:
+        p.send_signal(signal.SIGKILL)
     proc.wait()
+    assert not psutil.wait_procs(tree, timeout=20)[1]  # nothing survived
     done_before = markers(killed)
     interrupted = [r for r in RUNS if (runs / r / "run.json").exists() and f"{r}/train.done" not in done_before]
     resumable = {r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))
