@@ -63,48 +63,16 @@ def smoke_model_dir(tmp_path_factory) -> Path:
 
 
 # --- no leaked processes -------------------------------------------------------------------------
-# Python's own per-interpreter helpers live as long as the test process by design; their children
-# (e.g. grading workers forked by the forkserver) are checked like any other process.
-_INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
-
-
-def leftover_processes() -> list:
-    """Live descendants of this process, except Python's forkserver and resource tracker."""
-    import psutil
-
-    found = []
-    for child in psutil.Process().children():
-        try:
-            helper = any(h in " ".join(child.cmdline()) for h in _INTERPRETER_HELPERS)
-            found += ([] if helper else [child]) + child.children(recursive=True)
-        except psutil.NoSuchProcess:
-            pass
-    alive = []
-    for p in found:
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-def wait_for_no_leftovers(timeout_s: float = 10.0) -> list:
-    """Leftover processes still alive after `timeout_s` (pools shut down asynchronously)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while (left := leftover_processes()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _no_leaked_processes(request):
     """After each test module (and its fixtures) finishes, no process it started may be left:
     grading pools, engines and workflow jobs must all have been shut down."""
+    from tests.processes import leftover_processes, still_running_after
+
     yield
-    left = wait_for_no_leftovers()
+    left = still_running_after(leftover_processes, 10.0)  # pools shut down asynchronously
     if left:
         described = []
         for p in left:

@@ -21,13 +21,12 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
-import psutil
 import pytest
 import yaml
 
+from tests.processes import session_processes, still_running_after
 from tests.tiny_runs import read_lines, tiny_run, without_timings
 
 pytestmark = pytest.mark.slow
@@ -73,25 +72,6 @@ def start_training(config_path, env_extra: dict | None = None) -> subprocess.Pop
     )
 
 
-def session_processes(sid: int) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            pass
-    return found
-
-
-def wait_for_orphans(sid: int, timeout: float = 20.0) -> list[psutil.Process]:
-    """Processes of the killed trainer's session still alive after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while (alive := session_processes(sid)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return alive
-
-
 def write_config(path, run_dir, data_dir):
     cfg = tiny_run(run_dir, data_dir=str(data_dir), **SETTINGS)
     path.write_text(yaml.safe_dump(cfg))
@@ -99,7 +79,7 @@ def write_config(path, run_dir, data_dir):
 
 
 def aftermath(run_dir) -> dict:
-    """What a kill left behind: torn last lines, temporary checkpoint folders, the last logged step."""
+    """What a kill left behind: torn last lines and temporary checkpoint folders."""
     torn = [log for log in ("train_log.jsonl", "eval.jsonl")
             if (run_dir / log).exists() and not (run_dir / log).read_bytes().endswith(b"\n")]
     partial = [p.name for p in (run_dir / "checkpoints").glob(".tmp-*")] if (run_dir / "checkpoints").is_dir() else []
@@ -128,7 +108,7 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
         print(f"\n  {spec:>16}: torn lines {left['torn']}, partial checkpoints {left['partial_checkpoints']}", end="")
         torn += bool(left["torn"])
         partial += bool(left["partial_checkpoints"])
-        orphans += wait_for_orphans(proc.pid)
+        orphans += still_running_after(lambda: session_processes(proc.pid), 20.0)
     assert not orphans, f"processes outlived the killed trainer: {[p.cmdline() for p in orphans]}"
     # the dangerous states were really produced (and then repaired by the resumes)
     assert torn >= 2 and partial >= 1, (torn, partial)

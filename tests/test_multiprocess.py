@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import yaml
 
+from tests.processes import kill_tree
 from tests.tiny_runs import read_lines, tiny_run, without_timings
 
 
@@ -92,13 +91,8 @@ def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path):
         time.sleep(0.02)
     # the whole process tree at once, as a scheduler's cgroup kill does (torchrun puts its workers
     # in their own process groups, so killing the launcher's group alone would leave them running)
-    tree = [psutil.Process(job.pid)] + psutil.Process(job.pid).children(recursive=True)
-    assert len(tree) >= 3  # launcher and two training processes (and their grading workers)
-    for p in tree:
-        p.send_signal(signal.SIGKILL)
-    job.wait()
-    gone, alive = psutil.wait_procs(tree, timeout=20)
-    assert not alive
+    killed, alive = kill_tree(job)
+    assert len(killed) >= 3 and not alive  # launcher and two training processes (and grading workers)
     killed_at = len(read_lines(log))
     assert killed_at < 6
 

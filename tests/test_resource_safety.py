@@ -19,7 +19,7 @@ from pods_bench.config import config_from_dict
 from pods_bench.evaluate import evaluate_run
 from pods_bench.rewards import RewardConfig, RewardFunction
 from pods_bench.train import train
-from tests.conftest import leftover_processes, wait_for_no_leftovers
+from tests.processes import leftover_processes, session_processes, still_running_after
 from tests.tiny_runs import read_lines, tiny_run
 
 WITH_POOL = {"workers": 1}  # a real grading process
@@ -30,7 +30,7 @@ def test_the_grading_pool_starts_workers_and_close_stops_them():
         reward(["<answer>1</answer>"], ["1"])
         pids = reward.worker_pids()
         assert len(pids) == 2 and {p.pid for p in leftover_processes()} >= set(pids)
-    assert wait_for_no_leftovers(5.0) == []
+    assert still_running_after(leftover_processes, 5.0) == []
 
 
 def test_an_exception_mid_training_shuts_the_pool_down(tmp_path, monkeypatch):
@@ -49,7 +49,7 @@ def test_an_exception_mid_training_shuts_the_pool_down(tmp_path, monkeypatch):
     cfg = config_from_dict(tiny_run(tmp_path / "run", reward=WITH_POOL, eval={"inline": False}))
     with pytest.raises(RuntimeError, match="illegal memory access"):
         train(cfg, progress=False)
-    assert wait_for_no_leftovers(5.0) == []
+    assert still_running_after(leftover_processes, 5.0) == []
     info = json.loads((tmp_path / "run/run.json").read_text())
     assert (info["status"], info["step"]) == ("stopped", 1)
 
@@ -65,21 +65,8 @@ def test_an_exception_mid_evaluation_shuts_the_pool_down(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluation, "evaluate_checkpoint", failing)
     with pytest.raises(MemoryError):
         evaluate_run(run_dir)
-    assert wait_for_no_leftovers(5.0) == []
+    assert still_running_after(leftover_processes, 5.0) == []
     assert not (run_dir / "eval.jsonl").exists()
-
-
-def session_alive(sid: int) -> list[int]:
-    import psutil
-
-    alive = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
-            pass
-    return alive
 
 
 @pytest.mark.slow
@@ -104,10 +91,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code
     assert err.strip().splitlines()[-1] == message and "Traceback" not in err
     stopped_at = json.loads((tmp_path / "run/run.json").read_text())
     assert stopped_at["status"] == "stopped"
-    deadline = time.monotonic() + 10
-    while session_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert session_alive(proc.pid) == []  # the grading worker is gone too
+    assert still_running_after(lambda: session_processes(proc.pid), 10.0) == []  # the grading worker too
 
     # rerunning the command resumes from the last checkpoint (step 0 here) and finishes
     resumed = subprocess.run(command + ["--set", "budget.max_steps=3"], env=env, capture_output=True, text=True)

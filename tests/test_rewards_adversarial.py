@@ -10,7 +10,6 @@ each batch's wall time stays under a bound computed from the config; no grading 
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import Counter
@@ -21,6 +20,7 @@ import pytest
 
 from pods_bench.rewards import RewardConfig, RewardFunction
 from tests.adversarial_completions import FAMILIES, adversarial_completions
+from tests.processes import leftover_processes, still_running_after
 
 pytestmark = pytest.mark.slow  # ~30 s on an idle 2-core machine; allow 2-3x that under load
 
@@ -40,44 +40,11 @@ def batch_bound_s(config: RewardConfig, n_items: int, n_stopped: int, n_killed: 
     return BASE_S + work / config.workers + n_killed * RESTART_S
 
 
-def descendants() -> dict[int, psutil.Process]:
-    """Live (non-zombie) descendant processes of this one."""
-    alive = {}
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive[p.pid] = p
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def is_multiprocessing_server(p: psutil.Process) -> bool:
-    """The forkserver and resource tracker that multiprocessing keeps for the whole session: direct
-    children running `multiprocessing.<...> import main`. (Grading workers are forked from the
-    forkserver, so they share its command line, but their parent is the forkserver, not us.)"""
-    try:
-        return p.ppid() == os.getpid() and "from multiprocessing." in " ".join(p.cmdline())
-    except psutil.NoSuchProcess:
-        return True
-
-
-def leftover_processes(before: set[int], seconds: float = 20.0) -> list[str]:
-    """Descendants started since `before` that are still alive after `seconds`, other than
-    multiprocessing's own servers."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = [p for pid, p in descendants().items() if pid not in before and not is_multiprocessing_server(p)]
-        if not left or time.monotonic() > deadline:
-            return [f"{p.pid} {p.name()}" for p in left]
-        time.sleep(0.1)
 
 
 def test_adversarial_completions_are_graded_safely(tmp_path):
@@ -90,7 +57,7 @@ def test_adversarial_completions_are_graded_safely(tmp_path):
     batches = [order[s : s + BATCH] for s in range(0, len(order), BATCH)]
 
     config = RewardConfig(workers=2)  # the defaults otherwise: 1 s math-verify timeouts, 8 s deadline
-    before = set(descendants())
+    before = {p.pid for p in leftover_processes()}
     crashes, over_bound, graded, batch_times = [], [], {}, []
     timeouts = killed = errors = 0
     started = time.monotonic()
@@ -141,6 +108,6 @@ def test_adversarial_completions_are_graded_safely(tmp_path):
     # minority, as the runtime of this test needs.
     assert 10 <= timeouts <= len(cases) // 20
     assert restarts == killed  # no worker died other than by the deadline
-    assert leftover_processes(before) == []
+    assert still_running_after(lambda: [p for p in leftover_processes() if p.pid not in before], 20.0) == []
     assert [pid for pid in workers_seen if alive(pid)] == []
     assert not marker.exists()  # \write18 and \openout payloads name this file: nothing ran them

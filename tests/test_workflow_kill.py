@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pandas as pd
-import psutil
 import pytest
 
 from pods_bench.io import read_jsonl
+from tests.processes import kill_tree
 from tests.test_workflow import CONFIG_DIR, SNAKEFILE, snakemake
 from tests.test_workflow_run import check_success, write_yaml
 from tests.tiny_runs import without_timings
@@ -74,12 +73,7 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
         assert proc.poll() is None, "the workflow ended before it could be killed"
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    # Snakemake and every job process at once, as a node failure or a scheduler's cgroup kill
-    tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-    for p in tree:
-        p.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not psutil.wait_procs(tree, timeout=20)[1]  # nothing survived
+    assert not kill_tree(proc)[1]  # Snakemake and every job process; nothing survived
     done_before = markers(killed)
     interrupted = [r for r in RUNS if (runs / r / "run.json").exists() and f"{r}/train.done" not in done_before]
     resumable = {r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))

@@ -1,0 +1,72 @@
+"""Finding, waiting for and killing the processes a test started (psutil)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Callable
+
+import psutil
+
+# Python's own per-interpreter helpers live as long as the test process by design; their children
+# (e.g. grading workers forked by the forkserver) are checked like any other process.
+_INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def _alive(processes) -> list[psutil.Process]:
+    alive = []
+    for p in processes:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def leftover_processes() -> list[psutil.Process]:
+    """Live descendants of this process, except Python's forkserver and resource tracker."""
+    found = []
+    for child in psutil.Process().children():
+        try:
+            helper = any(h in " ".join(child.cmdline()) for h in _INTERPRETER_HELPERS)
+            found += ([] if helper else [child]) + child.children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    return _alive(found)
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """Live processes of session `sid` (a process started with start_new_session=True and every
+    process it started, even after it died)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid:
+                found.append(p)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return _alive(found)
+
+
+def still_running_after(find: Callable[[], list], timeout_s: float) -> list:
+    """What `find()` still returns after waiting up to `timeout_s` for it to become empty."""
+    deadline = time.monotonic() + timeout_s
+    while (alive := find()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+def kill_tree(proc: subprocess.Popen, timeout_s: float = 20.0) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """SIGKILL `proc` and all its descendants at once, as a node failure or a scheduler's cgroup kill
+    does. Returns (the processes killed, those still alive `timeout_s` later)."""
+    tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    for p in tree:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+    return tree, psutil.wait_procs(tree, timeout=timeout_s)[1]
