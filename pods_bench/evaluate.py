@@ -140,6 +140,22 @@ def append_eval_records(run_dir: str | Path, records: list[dict]) -> int:
     return len(new)
 
 
+def evaluate_missing(run_dir: str | Path, checkpoint: Path, engine, benchmarks: list[Benchmark], cfg, reward_fn) -> int:
+    """Evaluate the policy the engine samples from, saved as `checkpoint`, on the benchmarks that
+    checkpoint has no record for yet (after a crash in the middle of writing its records, only the
+    rest), append the records and prune if asked. Returns the number of records written."""
+    from pods_bench.checkpoint import read_state
+
+    done = evaluated(run_dir).get(checkpoint.name, set())
+    missing = [b for b in benchmarks if b.name not in done]
+    if not missing:
+        return 0
+    records = evaluate_checkpoint(engine, missing, cfg, reward_fn, read_state(checkpoint))
+    written = append_eval_records(run_dir, records)
+    prune_if_asked(run_dir, cfg)
+    return written
+
+
 def fully_evaluated(run_dir: str | Path, benchmarks: list[str]) -> set[str]:
     return {name for name, done in evaluated(run_dir).items() if set(benchmarks) <= done}
 
@@ -160,8 +176,8 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
     checkpoints = ckpt.list_checkpoints(run_dir)
     if not checkpoints:
         raise PodsBenchError(f"run folder {run_dir} has no complete checkpoint in {run_dir / ckpt.CHECKPOINTS}")
-    done = evaluated(run_dir)
-    todo = [c for c in checkpoints if not set(cfg.eval.benchmarks) <= done.get(c.name, set())]
+    complete = fully_evaluated(run_dir, cfg.eval.benchmarks)
+    todo = [c for c in checkpoints if c.name not in complete]
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
     engine = benchmarks = None
     written = 0
@@ -175,10 +191,7 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
                     engine = make_engine(cfg, model, tokenizer)
                 else:
                     engine.sync_weights(model)
-                missing = [b for b in benchmarks if b.name not in done.get(checkpoint.name, set())]
-                records = evaluate_checkpoint(engine, missing, cfg, reward_fn, ckpt.read_state(checkpoint))
-                written += append_eval_records(run_dir, records)
-                prune_if_asked(run_dir, cfg)
+                written += evaluate_missing(run_dir, checkpoint, engine, benchmarks, cfg, reward_fn)
         finally:
             if engine is not None:
                 engine.close()

@@ -41,10 +41,8 @@ import torch
 from pods_bench import checkpoint as ckpt
 from pods_bench.config import TrainConfig
 from pods_bench.errors import PodsBenchError
+from pods_bench.evaluate import EVAL_LOCK, EVAL_LOG, evaluate_missing, load_benchmarks, render_prompts
 from pods_bench.failpoints import failpoint
-from pods_bench.evaluate import (
-    EVAL_LOCK, EVAL_LOG, append_eval_records, evaluate_checkpoint, evaluated, load_benchmarks, prune_if_asked, render_prompts,
-)
 from pods_bench.io import append_jsonl, atomic_write_json, locked, remove_temporaries, truncate_jsonl
 
 TRAIN_LOG = "train_log.jsonl"
@@ -444,15 +442,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         evaluate_pending(path)
 
     def evaluate_pending(path: Path) -> None:
-        """Evaluate the checkpoint on the benchmarks it has no record for yet (after a crash in the
-        middle of writing its records, only the missing ones)."""
         if cfg.eval.inline and main:
-            done = evaluated(run_dir).get(path.name, set())
-            missing = [b for b in benchmarks if b.name not in done]
-            if missing:
-                records = evaluate_checkpoint(engine, missing, cfg, reward_fn, ckpt.read_state(path))
-                append_eval_records(run_dir, records)
-                prune_if_asked(run_dir, cfg)
+            evaluate_missing(run_dir, path, engine, benchmarks, cfg, reward_fn)
         accelerator.wait_for_everyone()
 
     bar_total = cfg.budget.max_steps if cfg.budget.max_steps is not None else cfg.budget.max_train_time_s
