@@ -27,34 +27,10 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _default_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-
-
 def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
     """Atomically produce `path` with a writer that takes a file path (e.g. `fig.savefig`,
-    `df.to_csv`). The writer sees a temporary path with the same suffix."""
+    `df.to_csv`). The writer sees a temporary path beside `path` with the same suffix
+    (`.<name>.<random>.tmp<suffix>`), renamed over `path` once the writer has returned."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
@@ -69,7 +45,25 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
         raise
 
 
-_TEMPORARY = re.compile(r"^\..+\.tmp(\.[^.]+)?$")  # what the two writers above name their temporary files
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    def write_synced(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    atomic_write_with(path, write_synced)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+_TEMPORARY = re.compile(r"^\..+\.tmp(\.[^.]+)?$")  # how atomic_write_with names its temporary files
 
 
 def remove_temporaries(folder: str | os.PathLike) -> list[str]:

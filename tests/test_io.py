@@ -62,7 +62,8 @@ def test_an_append_after_a_crash_mid_append_starts_on_a_fresh_line(tmp_path):
 
 
 def test_temporaries_left_by_a_killed_writer_are_recognised(tmp_path):
-    left = [".run.json.k3j_x9a2.tmp", ".accuracy.png.ab12cd34.tmp.png"]  # as atomic_write_* name them
+    # as atomic_write_with names them: .<name>.<random>.tmp<suffix> (no suffix for a name without one)
+    left = [".run.json.k3j_x9a2.tmp.json", ".accuracy.png.ab12cd34.tmp.png", ".NOTES.x1y2z3w4.tmp"]
     for name in left + [".hidden", "run.json", "notes.tmp"]:
         (tmp_path / name).write_text("x")
     assert sorted(remove_temporaries(tmp_path)) == sorted(left)
