@@ -375,14 +375,25 @@ def test_garbage_collection_stops_workers():
 
 def test_unguarded_main_script_gets_a_clear_error(tmp_path):
     script = tmp_path / "unguarded.py"  # forkserver workers re-import the main script
-    script.write_text("from pods_bench.rewards import RewardFunction\nRewardFunction()(['72'], ['72'])\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    message = tmp_path / "message.txt"
     # The re-imported script in the worker prints multiprocessing's own error too, and the two
-    # processes' stderr interleave in any order: look for our message, not for the last line.
+    # processes' stderr interleave, even within a line: the main process writes its error to a file.
+    script.write_text(
+        "import multiprocessing\n"
+        "from pods_bench.errors import PodsBenchError\n"
+        "from pods_bench.rewards import RewardFunction\n"
+        "try:\n"
+        "    RewardFunction()(['72'], ['72'])\n"
+        "except PodsBenchError as e:\n"
+        "    if multiprocessing.parent_process() is None:\n"
+        f"        open({str(message)!r}, 'w').write(str(e))\n"
+        "    raise\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
-    assert any(
-        line.startswith("pods_bench.errors.PodsBenchError:") and "if __name__ == '__main__':" in line
-        for line in out.stderr.splitlines()
+    assert message.read_text() == (
+        "a reward grading process failed to start; with start method 'forkserver' or 'spawn' the main script "
+        "must guard its code with `if __name__ == '__main__':`"
     ), out.stderr[-2000:]
 
 
