@@ -111,6 +111,9 @@ class EvalConfig:
     repeats: int = 1
     temperature: float = 0.9  # 0: greedy
     top_p: float = 1.0
+    top_k: int = 0  # 0: none; like every sampling parameter, set explicitly (engines/base.py SamplingConfig)
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
     max_new_tokens: int = 1024
     seed: int = 1234  # repeat r samples with seed + r, the same for every checkpoint
     n_examples: int = 3  # example completions stored per record
@@ -355,6 +358,10 @@ def validate(cfg: TrainConfig) -> None:
     _require(cfg.sampling.temperature > 0, "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)")
     _require(0 < cfg.sampling.top_p <= 1, "config key sampling.top_p must be in (0, 1]")
     _require(cfg.sampling.max_new_tokens >= 1, "config key sampling.max_new_tokens must be >= 1")
+    for section, sampling in (("sampling", cfg.sampling), ("eval", cfg.eval)):
+        _require(sampling.top_k >= 0, f"config key {section}.top_k must be >= 0 (0: no top-k)")
+        _require(0 <= sampling.min_p < 1, f"config key {section}.min_p must be in [0, 1)")
+        _require(sampling.repetition_penalty > 0, f"config key {section}.repetition_penalty must be > 0 (1: none)")
     _require(cfg.loss.clip_eps > 0, "config key loss.clip_eps must be > 0")
     _require(cfg.loss.beta >= 0, "config key loss.beta must be >= 0")
     o = cfg.optim

@@ -65,6 +65,9 @@ def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, re
         sampling = SamplingConfig(
             temperature=eval_cfg.temperature,
             top_p=eval_cfg.top_p,
+            top_k=eval_cfg.top_k,
+            min_p=eval_cfg.min_p,
+            repetition_penalty=eval_cfg.repetition_penalty,
             max_new_tokens=eval_cfg.max_new_tokens,
             seed=eval_cfg.seed + repeat,
         )
@@ -164,6 +167,7 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
     """`pods-bench evaluate RUN_DIR`: score every checkpoint lacking a record; returns the number of
     records written. `overrides` (`eval.n_problems=100`, ...) apply to the run's recorded config."""
     import torch
+    from transformers.utils import logging as hf_logging
 
     from pods_bench import checkpoint as ckpt
     from pods_bench.config import config_from_dict
@@ -171,6 +175,7 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
     from pods_bench.rewards import RewardFunction
     from pods_bench.train import read_run_json
 
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar for every checkpoint in the job log
     run_dir = Path(run_dir)
     cfg = config_from_dict(read_run_json(run_dir)["config"], overrides)
     checkpoints = ckpt.list_checkpoints(run_dir)

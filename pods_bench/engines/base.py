@@ -14,8 +14,16 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class SamplingConfig:
+    """Every parameter that shapes the sampling distribution, set explicitly by pods-bench in both
+    engines: a model's own generation_config (Qwen2.5 ships repetition_penalty 1.05, top_k 20,
+    top_p 0.8) and an engine's defaults never fill in a value left out here. The defaults are the
+    neutral values (plain sampling from softmax(logits / T))."""
+
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k truncation
+    min_p: float = 0.0  # 0: no min-p truncation
+    repetition_penalty: float = 1.0  # 1: no penalty
     max_new_tokens: int = 64
     # Per-call seed: the engine seeds its sampler with it, so a (config, seed, step) reproduces.
     seed: int | None = None

@@ -60,6 +60,26 @@ def eval_mode(model):
         model.train(was_training)
 
 
+@contextmanager
+def neutral_generation_config(model):
+    """While generating, the model's own generation_config holds nothing but its special tokens.
+
+    transformers 5 fills every field a GenerationConfig leaves unset (None) from the model's
+    generation_config: a checkpoint's repetition_penalty 1.05, top_k 20 or top_p 0.8 would shape the
+    rollouts behind the config's back, and some fields (min_p, top_h, typical_p, ...) have no
+    explicit "off" value other than None. So the model's one is swapped for an empty one."""
+    from transformers import GenerationConfig
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the model
+    own = inner.generation_config
+    special = {k: getattr(own, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")}
+    inner.generation_config = GenerationConfig(**{k: v for k, v in special.items() if v is not None})
+    try:
+        yield
+    finally:
+        inner.generation_config = own
+
+
 class HFEngine(RolloutEngine):
     name = "hf"
 
@@ -108,16 +128,20 @@ class HFEngine(RolloutEngine):
         recorder = TemperatureWithLogprobs(1.0 if greedy else sampling.temperature)
         config = GenerationConfig(
             do_sample=not greedy,
+            num_beams=1,
             temperature=1.0,  # applied by `recorder`
-            top_k=0,
+            top_k=0 if greedy else sampling.top_k,
             top_p=1.0 if greedy else sampling.top_p,
+            min_p=None if greedy or not sampling.min_p else sampling.min_p,
+            repetition_penalty=sampling.repetition_penalty,
             max_new_tokens=sampling.max_new_tokens,
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
         )
-        out = self.model.generate(
-            **batch, generation_config=config, logits_processor=LogitsProcessorList([recorder])
-        )
+        with neutral_generation_config(self.model):
+            out = self.model.generate(
+                **batch, generation_config=config, logits_processor=LogitsProcessorList([recorder])
+            )
         new_tokens = out[:, batch["input_ids"].shape[1] :]
         token_logprobs = recorder.logprobs(new_tokens)
         ids, lps = [], []

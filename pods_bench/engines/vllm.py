@@ -167,6 +167,9 @@ class VLLMEngine(RolloutEngine):
             # Sampling log-probs under softmax(logits / T), the policy the trainer optimises (and what
             # the HF engine reports); with top_p < 1 they are renormalised over the nucleus.
             logprobs_mode="processed_logprobs",
+            # vLLM's "auto" takes default sampling parameters from the model's generation_config
+            # (e.g. Qwen2.5's repetition_penalty 1.05); every parameter comes from SamplingConfig instead
+            generation_config="vllm",
         )
         if on_cpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             kwargs["kv_cache_memory_bytes"] = int(self.config.cpu_kv_cache_gib * 2**30)
@@ -187,8 +190,15 @@ class VLLMEngine(RolloutEngine):
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         params = SamplingParams(
             n=n,
+            # every distribution parameter explicit (SamplingConfig); the model's generation_config
+            # is not read at all (generation_config="vllm" in __init__)
             temperature=sampling.temperature,
             top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,  # vLLM: -1 (or 0) disables top-k
+            min_p=sampling.min_p,
+            repetition_penalty=sampling.repetition_penalty,
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
             max_tokens=sampling.max_new_tokens,
             logprobs=0,  # just the sampled token's log-prob (`logprobs_mode` set in __init__)
             detokenize=False,  # decoded below with the trainer's tokenizer
