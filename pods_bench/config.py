@@ -67,9 +67,15 @@ class SelectionConfig:
 class LossConfig:
     clip_eps: float = 0.2  # PPO ratio clipping
     beta: float = 0.0  # KL(policy || reference) weight; 0 as in the paper (no reference model needed)
-    # "sequence": mean over each completion's tokens, then over completions (GRPO, the paper);
-    # "token": mean over all completion tokens of the step (DAPO)
-    aggregation: Literal["sequence", "token"] = "sequence"
+    # "sequence": mean over each completion's tokens, then over completions (GRPO; TRL 0.14, which
+    #   the paper's single-GPU runs used);
+    # "token": mean over all completion tokens of the step (DAPO);
+    # "micro_batch_token": mean over the tokens of each micro-batch, then over micro-batches and
+    #   processes (TRL 0.16-0.18's "bnpo", which the paper's 8-GPU runs used)
+    aggregation: Literal["sequence", "token", "micro_batch_token"] = "sequence"
+    # log pi computed from logits / sampling temperature (the distribution the rollouts came from),
+    # or from the raw logits (TRL 0.14, as the paper's single-GPU runs did)
+    divide_logits_by_temperature: bool = True
 
 
 @dataclass

@@ -198,12 +198,21 @@ def policy_loss_terms(logp, logp_old, advantages, ref_logp, clip_eps: float, bet
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
-    """Sum of this micro-batch's contributions; the caller divides by the global normaliser.
-    "sequence": sum_i mean_t l_it (GRPO);  "token": sum_it l_it (DAPO)."""
+    """This micro-batch's contribution; the caller divides by the global normaliser (`normaliser`).
+    "sequence": sum_i mean_t l_it (GRPO);  "token": sum_it l_it (DAPO);
+    "micro_batch_token": mean_it l_it over this micro-batch's tokens (TRL's "bnpo")."""
     per_token = torch.where(mask, per_token, 0.0)
     if aggregation == "sequence":
         return (per_token.sum(1) / mask.sum(1).clamp(min=1)).sum()
+    if aggregation == "micro_batch_token":
+        return per_token.sum() / mask.sum().clamp(min=1)
     return per_token.sum()
+
+
+def normaliser(aggregation: str, n_seqs: float, n_tokens: float, n_micro: float) -> float:
+    """What the summed contributions of all processes are divided by: sequences, tokens or
+    micro-batches of the whole step."""
+    return {"sequence": n_seqs, "token": n_tokens, "micro_batch_token": n_micro}[aggregation]
 
 
 # --- processes -----------------------------------------------------------------------------------
@@ -238,15 +247,18 @@ def update_policy(model, policy, ref_model, sequences: list[KeptRollout], cfg: T
     number of processes, because DDP averages gradients: the result is the gradient of the mean
     over all processes' sequences, whatever their share. Every process runs the same number of
     backward passes (padding with zero-loss passes) so the gradient all-reduce stays in step."""
-    world, temperature = accelerator.num_processes, cfg.sampling.temperature
+    world = accelerator.num_processes
+    temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
     size = cfg.optim.micro_batch_size
     micro = [pack(sequences[i : i + size], pad_id, accelerator.device) for i in range(0, len(sequences), size)]
-    n_seqs, n_tokens = all_reduce([len(sequences), sum(len(s.completion_ids) for s in sequences)], accelerator)
+    n_seqs, n_tokens, n_micro_total = all_reduce(
+        [len(sequences), sum(len(s.completion_ids) for s in sequences), len(micro)], accelerator
+    )
     n_micro = int(all_reduce([len(micro)], accelerator, op="max")[0])
     stats = {"loss": 0.0, "grad_norm": 0.0, "kl_sum": 0.0, "clipped": 0.0, "lr": scheduler.get_last_lr()[0]}
     if n_seqs == 0:  # every prompt filtered out on every process: nothing to learn from
         return stats
-    normaliser = (n_seqs if cfg.loss.aggregation == "sequence" else n_tokens) / world
+    divide_by = normaliser(cfg.loss.aggregation, n_seqs, n_tokens, n_micro_total) / world
     model.train()
     beta = cfg.loss.beta
     ref_logps = [reference_logprobs(policy, ref_model, b, temperature) for b in micro] if beta > 0 else None
@@ -269,7 +281,7 @@ def update_policy(model, policy, ref_model, sequences: list[KeptRollout], cfg: T
                     per_token, kl, clipped = policy_loss_terms(
                         logp, logp_old, b["advantages"], ref_logps[i] if ref_logps else None, cfg.loss.clip_eps, beta
                     )
-                    loss = aggregate(per_token, b["completion_mask"], cfg.loss.aggregation) / normaliser
+                    loss = aggregate(per_token, b["completion_mask"], cfg.loss.aggregation) / divide_by
                     mask = b["completion_mask"]
                     stats["loss"] += loss.item() / world / cfg.optim.updates_per_batch
                     stats["clipped"] += float(clipped[mask].sum()) / cfg.optim.updates_per_batch

@@ -146,3 +146,45 @@ def test_nothing_to_train_on_is_a_no_op(accelerator):
     model, before, stats, _ = run_update(make_cfg(), [], accelerator)
     assert stats["loss"] == 0.0 and stats["grad_norm"] == 0.0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("micro_batch_size", [2, 4])
+def test_micro_batch_token_mean_is_the_mean_of_each_micro_batch_token_mean(micro_batch_size, accelerator):
+    """TRL's "bnpo" (the paper's 8-GPU runs): each micro-batch's loss is the mean over its own tokens,
+    and the step's gradient is the mean over micro-batches, so the micro-batch size changes the update."""
+    sequences = make_sequences()
+    cfg = make_cfg(loss=LossConfig(aggregation="micro_batch_token"),
+                   optim=OptimConfig(lr=1e-3, max_grad_norm=1e9, micro_batch_size=micro_batch_size))
+    model, tokenizer = load_policy(cfg)
+    chunks = [sequences[i : i + micro_batch_size] for i in range(0, len(sequences), micro_batch_size)]
+    objective = 0.0
+    for chunk in chunks:
+        batch = pack(chunk, tokenizer.pad_token_id, "cpu")
+        logp = completion_logprobs(model, batch, cfg.sampling.temperature)
+        mask = batch["completion_mask"]
+        objective = objective + torch.where(mask, logp * batch["advantages"].unsqueeze(1), 0.0).sum() / mask.sum()
+    (-(objective / len(chunks))).backward()
+    expected_norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    _, _, stats, _ = run_update(cfg, sequences, accelerator)
+    assert stats["grad_norm"] == pytest.approx(expected_norm, rel=1e-4)
+    # not the step-wide token mean: that one would not depend on how the step is cut
+    _, _, token_stats, _ = run_update(replace(cfg, loss=LossConfig(aggregation="token")), sequences, accelerator)
+    assert token_stats["grad_norm"] != pytest.approx(stats["grad_norm"], rel=1e-3)
+
+
+@pytest.mark.parametrize("divide", [True, False])
+def test_log_probs_with_or_without_the_sampling_temperature(divide, accelerator):
+    """TRL 0.14 (the paper's single-GPU runs) took log-probs of the raw logits; the update follows
+    `loss.divide_logits_by_temperature`."""
+    sequences = make_sequences()
+    cfg = make_cfg(loss=LossConfig(divide_logits_by_temperature=divide))
+    cfg = replace(cfg, sampling=replace(cfg.sampling, temperature=0.5))
+    model, tokenizer = load_policy(cfg)
+    batch = pack(sequences, tokenizer.pad_token_id, "cpu")
+    logp = completion_logprobs(model, batch, 0.5 if divide else 1.0)
+    mask = batch["completion_mask"]
+    weighted = torch.where(mask, logp * batch["advantages"].unsqueeze(1), 0.0)
+    (-(weighted.sum(1) / mask.sum(1)).mean()).backward()
+    expected_norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    _, _, stats, _ = run_update(cfg, sequences, accelerator)
+    assert stats["grad_norm"] == pytest.approx(expected_norm, rel=1e-4)
