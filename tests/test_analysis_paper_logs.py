@@ -176,6 +176,32 @@ def test_arm_families_of_the_gsm8k_ablations(full):
     }
 
 
+def test_multi_gpu_runs_without_all_of_accuracy_step_and_length_are_dropped(tmp_path):
+    # as the paper's plot scripts (seeds with accuracy & _step & length); the A100 export has such runs
+    folder = tmp_path / "results"
+    folder.mkdir()
+    runs = {f"GR7B-s{s}-p8-n{n}-m32-ga{ga}": [min(0.85, 0.05 * (i + 1) * (n / 32) ** 0.5) for i in range(20)]
+            for s in (1, 2, 3) for n, ga in ((32, 16), (128, 4))}
+    no_length, no_acc, no_length_step = "GR7B-s2-p8-n32-m32-ga16", "GR7B-s3-p8-n32-m32-ga16", "GR7B-s1-p8-n128-m32-ga4"
+    write_export(folder / "a100s-acc.csv", {k: v for k, v in runs.items() if k != no_acc},
+                 "eval/rewards/accuracy_reward/mean")
+    write_export(folder / "a100s-length.csv", {k: [300.0] * 20 for k in runs if k != no_length},
+                 "eval/completions/mean_length")
+    length = pd.read_csv(folder / "a100s-length.csv")
+    length.drop(columns=[f"data/{no_length_step} - _step"]).to_csv(folder / "a100s-length.csv", index=False)
+    experiments, warnings = load_experiments(tmp_path, progress=False)
+    evals = experiments[0].evals
+    assert sorted(evals[evals["arm"] == "GRPO"]["seed"].unique()) == [1]
+    assert sorted(evals[evals["arm"] == "PODS n=128 m=32"]["seed"].unique()) == [1, 2, 3]
+    assert len(warnings) == 2
+    assert f"run {no_length} skipped (no eval/completions/mean_length in a100s-length.csv;" in warnings[0]
+    assert f"run {no_acc} skipped (no eval/rewards/accuracy_reward/mean in a100s-acc.csv, " \
+           "no _step in a100s-acc.csv;" in warnings[1]
+    # the length file's own _step is not needed: those rows take the accuracy file's steps
+    kept = evals[evals["seed"] == 1].set_index(["arm", "metric", "time_s"])["step"]
+    assert kept.loc["PODS n=128 m=32", "mean_length"].equals(kept.loc["PODS n=128 m=32", "answer_acc"])
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 

@@ -15,7 +15,9 @@ Two formats, both turned into the tidy table of `tidy.py`, one `Experiment` per 
    `data/<run> - _step`, `... - eval/rewards/accuracy_reward/mean` (or `eval/completions/mean_length`),
    with run names `GRPO-s<seed>-p<prompts>-n<n>-m<m>-ga<grad. accumulation>` (`GR7B-...` on A100s).
    Runs evaluated about every 2 minutes at their own times; like the paper we align every run to a
-   0, 2, ..., 30 minute grid by taking its evaluation nearest to each grid time.
+   0, 2, ..., 30 minute grid by taking its evaluation nearest to each grid time, and like its plot
+   scripts we keep only the runs that have all of accuracy, `_step` and length (the A100 export has
+   two runs with only one of the two files).
 
 Evaluation set sizes are not in the logs; `infer_sample_count` recovers them from the accuracies
 themselves (each is k / N for N graded answers), which the binomial standard errors need.
@@ -266,7 +268,11 @@ def _read_multi_gpu_export(folder: Path, prefix: str, groups: dict, warnings: li
         raise PodsBenchError(f"{prefix}-length.csv has no {prefix}-acc.csv beside it")
     setting = MULTI_GPU_SETTINGS[prefix]
     grid = np.arange(0.0, setting.budget_s + 1e-9, setting.grid_step_s)
-    runs: dict[str, dict] = {}  # run name -> {"seed", "n", "m", "ga", metric: (times, steps, values)}
+    # run name -> {"seed", "n", "m", "ga", "columns": {(file name, key)}, metric: (times, steps, values)}
+    runs: dict[str, dict] = {}
+    # the official plot scripts keep a seed only if it has all three columns, e.g. scripts/plot-a100s.py
+    # at 187f43b, line 103: seeds=set(acc_runs[alg]) & set(step_runs[alg]) & set(len_runs[alg])
+    required = {acc_path.name: ("eval/rewards/accuracy_reward/mean", "_step")}
     for path in (acc_path, length_path):
         if not path.exists():
             continue
@@ -276,17 +282,27 @@ def _read_multi_gpu_export(folder: Path, prefix: str, groups: dict, warnings: li
             if path is acc_path:
                 raise
             warnings.append(f"{path}: skipped ({e})")
+        else:
+            if path is length_path:  # without a readable length file the import stays accuracy-only
+                required[path.name] = ("eval/completions/mean_length",)
     group = groups.setdefault(setting.experiment, _Group(setting.experiment, setting.hardware, "min",
                                                          setting.benchmark, "answer_acc"))
     for run, info in sorted(runs.items()):
-        if "answer_acc" not in info:
-            warnings.append(f"{acc_path}: run {run} has no accuracy column, skipped")
+        missing = [f"{key} in {file}" for file, keys in required.items() for key in keys
+                   if (file, key) not in info["columns"]]
+        if missing or "answer_acc" not in info:
+            warnings.append(f"{folder / prefix}: run {run} skipped (no "
+                            f"{', no '.join(missing) or 'row with both accuracy and _step'}; "
+                            "the paper's plots use only runs with accuracy, _step and length)")
             continue
         rows, raw = [], {setting.benchmark: list(info["answer_acc"][2])}
         for metric in ("answer_acc", "mean_length"):
             if metric not in info:
                 continue
             times, steps, values = info[metric]
+            if np.isnan(steps).any():  # the length file lacks this run's _step: take the accuracy file's
+                acc_times, acc_steps, _ = info["answer_acc"]
+                steps = acc_steps[np.abs(acc_times[None, :] - times[:, None]).argmin(axis=1)]
             nearest = np.abs(times[None, :] - grid[:, None]).argmin(axis=1)  # the paper's alignment
             rows += [dict(time_s=g, raw_time_s=times[i], step=int(steps[i]), benchmark=setting.benchmark,
                           metric=metric, value=values[i], n_repeats=1) for g, i in zip(grid, nearest)]
@@ -313,11 +329,15 @@ def _read_export_csv(path: Path, runs: dict) -> None:
     if not columns:
         raise PodsBenchError("no run columns named 'data/<run> - <key>'")
     for run, keys in columns.items():
+        present = {key for key, column in keys.items() if table[column].notna().any()}  # an empty column is none
+        runs[run].setdefault("columns", set()).update((path.name, key) for key in present)
+        # without its _step a series is still kept (the official scripts do not need the length file's)
+        steps = pd.to_numeric(table[keys["_step"]], errors="coerce") if "_step" in present \
+            else pd.Series(np.nan, index=table.index)
         for key, metric in CSV_METRICS.items():
-            if key not in keys or "_step" not in keys:
+            if key not in present:
                 continue
             values = pd.to_numeric(table[keys[key]], errors="coerce")
-            steps = pd.to_numeric(table[keys["_step"]], errors="coerce")
-            ok = values.notna() & steps.notna() & time.notna()
+            ok = values.notna() & time.notna() & (steps.notna() if "_step" in present else True)
             if ok.any():
                 runs[run][metric] = (time[ok].to_numpy(float), steps[ok].to_numpy(float), values[ok].to_numpy(float))
