@@ -196,6 +196,8 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     sha = params_sha256(model)
     torch.save({"rng": rng_state(selection_generator), "params_sha256": sha}, tmp / f"rank-{rank}.pt")
+    if hasattr(optimizer, "consolidate_state_dict"):  # sharded (ZeroRedundancyOptimizer): gather on rank 0
+        optimizer.consolidate_state_dict(to=0)
     if accelerator.is_main_process:
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")

@@ -31,8 +31,11 @@ class ModelConfig:
     name: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     init_seed: int = 0  # initialisation seed of the tiny model (the same for every run seed)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights as loaded
-    # autocast in the update; None: what `accelerate launch --mixed_precision` says (default "no")
+    # weights as loaded; full fine-tuning needs float32 (the master weights AdamW updates), LoRA may
+    # load a frozen base in bf16
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # autocast in the update and in HF generation; None: what `accelerate launch --mixed_precision`
+    # says (default "no")
     mixed_precision: Literal["no", "bf16", "fp16"] | None = None
     gradient_checkpointing: bool = False
 
@@ -57,8 +60,12 @@ class EngineConfig:
 @dataclass
 class SelectionConfig:
     rule: str = "max_variance"  # a key of pods_bench.selection.SELECTION_RULES; "all" with m == n is GRPO
-    n: int = 16  # rollouts generated per prompt
-    m: int = 4  # rollouts trained on per prompt
+    n: int = 16  # rollouts generated per group (per prompt unless groups_per_prompt > 1)
+    m: int = 4  # rollouts trained on per group
+    # independent groups of n rollouts per prompt, each selected n -> m and normalised on its own
+    # (the paper's 8-GPU runs: gradient accumulation over G groups of the same prompt); n and m are
+    # per group, so a step samples P x G x n rollouts and trains on P x G x m
+    groups_per_prompt: int = 1
     filter_uniform_groups: bool = False  # DAPO: drop prompts whose n rewards are all equal
     scale_advantage_by_std: bool = True  # GRPO's (r - mean) / (std + eps); False: r - mean (Dr. GRPO)
 
@@ -88,6 +95,9 @@ class OptimConfig:
     micro_batch_size: int = 16  # sequences per forward/backward; gradients accumulate over the step
     updates_per_batch: int = 1  # optimizer steps on each batch of rollouts (PPO epochs)
     max_grad_norm: float = 1.0
+    # several processes: each keeps the AdamW state of 1/K of the parameters (ZeRO stage 1, PyTorch's
+    # ZeroRedundancyOptimizer); the update is the same as unsharded AdamW (tests/test_sharded_optimizer.py)
+    shard_optimizer_state: bool = False
 
 
 @dataclass
@@ -342,6 +352,7 @@ def validate(cfg: TrainConfig) -> None:
     s = cfg.selection
     _require(s.rule in SELECTION_RULES, f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}")
     _require(s.n >= 2, f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {s.n}")
+    _require(s.groups_per_prompt >= 1, f"config key selection.groups_per_prompt must be >= 1, got {s.groups_per_prompt}")
     _require(s.m <= s.n, f"config key selection.m ({s.m}) must be <= selection.n ({s.n})")
     _require(s.m >= 2, f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {s.m}")
     try:  # the rule's own constraints (e.g. "all" needs m == n)
@@ -378,6 +389,11 @@ def validate(cfg: TrainConfig) -> None:
     _require(o.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")
     _require(o.schedule != "cosine" or cfg.budget.max_steps is not None, "config key optim.schedule: cosine decays over budget.max_steps, which is not set")
     _require(not cfg.lora.enabled or cfg.lora.r >= 1, "config key lora.r must be >= 1")
+    _require(
+        cfg.lora.enabled or cfg.model.dtype == "float32",
+        f"config key model.dtype: full fine-tuning keeps float32 master weights (AdamW steps of ~lr round away "
+        f"in {cfg.model.dtype}); set model.dtype=float32 and model.mixed_precision=bf16 for bf16 compute",
+    )
     b = cfg.budget
     _require(b.max_train_time_s is not None or b.max_steps is not None, "config key budget: set max_train_time_s or max_steps")
     _require(b.max_train_time_s is None or b.max_train_time_s > 0, "config key budget.max_train_time_s must be > 0")

@@ -299,6 +299,22 @@ def update_policy(model, policy, ref_model, sequences: list[KeptRollout], cfg: T
     return stats
 
 
+def make_optimizer(model, cfg: TrainConfig, world: int):
+    """AdamW over the trainable parameters; with several processes and `optim.shard_optimizer_state`,
+    PyTorch's ZeroRedundancyOptimizer (ZeRO stage 1): each process keeps the moments of 1/K of the
+    parameters and broadcasts its updated share, so the update equals plain AdamW's. Chosen over
+    DeepSpeed ZeRO-2 and FSDP because it leaves the parameters whole between steps (HF generate and
+    checkpoints see the ordinary model), works with gloo on CPU (tested) and needs no dependency; the
+    gradients stay replicated (ZeRO-2 would shard them too: memory only, same update)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kwargs = dict(lr=cfg.optim.lr, betas=tuple(cfg.optim.betas), weight_decay=cfg.optim.weight_decay)
+    if cfg.optim.shard_optimizer_state and world > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, **kwargs)
+    return torch.optim.AdamW(params, **kwargs)
+
+
 # --- run folder ----------------------------------------------------------------------------------
 
 
@@ -359,7 +375,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     if cfg.device == "cuda" and accelerator.device.type != "cuda":
         raise PodsBenchError("config key device is 'cuda' but no GPU is visible")
     rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
-    P, n, m = cfg.prompts_per_step, cfg.selection.n, cfg.selection.m
+    P, n, m, G = cfg.prompts_per_step, cfg.selection.n, cfg.selection.m, cfg.selection.groups_per_prompt
     if P % world:
         raise PodsBenchError(f"config key prompts_per_step ({P}) must be a multiple of the number of processes ({world})")
     P_local = P // world
@@ -387,12 +403,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     policy = accelerator.unwrap_model(model)
     if ref_model is not None:
         ref_model.to(accelerator.device)
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=cfg.optim.lr,
-        betas=tuple(cfg.optim.betas),
-        weight_decay=cfg.optim.weight_decay,
-    )
+    optimizer = make_optimizer(model, cfg, world)
     scheduler = get_scheduler(
         "constant_with_warmup" if cfg.optim.schedule == "constant" else "cosine",
         optimizer,
@@ -477,27 +488,29 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
 
         while (stop_reason := budget_reached(cfg, step, clock)) is None:
             times: dict[str, float] = {}
-            # 1. prompts: this process's share of the next P
+            # 1. prompts: this process's share of the next P, each as G independent groups of n
+            # rollouts (G = selection.groups_per_prompt; 1 but in the paper's 8-GPU recipe)
             indices = stream.take(cursor, P)[rank * P_local : (rank + 1) * P_local]
             cursor += P
-            batch = [problems[i] for i in indices]
+            groups = [i for i in indices for _ in range(G)]
+            batch = [problems[i] for i in groups]
 
             # 2. rollouts
             failpoint("gen")
             with timed(times, "gen", accelerator.device):
                 sampling = replace(cfg.sampling, seed=derived_seed(sampling_seed, step, rank))
-                rollouts = engine.generate([prompts[i] for i in indices], n, sampling)
+                rollouts = engine.generate([prompts[i] for i in groups], n, sampling)
 
-            # 3. rewards (P_local, n)
+            # 3. rewards (P_local x G groups, n)
             with timed(times, "reward", accelerator.device):
                 texts = [t for group in rollouts.completion_text for t in group]
                 graded = reward_fn(texts, [p.gold for p in batch for _ in range(n)])
-                rewards = torch.tensor(graded.total, dtype=torch.float64).view(P_local, n)
+                rewards = torch.tensor(graded.total, dtype=torch.float64).view(len(groups), n)
 
             # 4-5. selection and advantages over the kept m
             with timed(times, "select", accelerator.device):
                 informative = nonuniform_groups(rewards)
-                keep = informative if cfg.selection.filter_uniform_groups else torch.ones(P_local, dtype=torch.bool)
+                keep = informative if cfg.selection.filter_uniform_groups else torch.ones(len(groups), dtype=torch.bool)
                 kept_prompts = keep.nonzero().squeeze(1).tolist()
                 sequences, kept_rewards = [], torch.zeros(0, m, dtype=torch.float64)
                 if kept_prompts:
@@ -542,6 +555,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 "train_time_s": clock,
                 **{f"time_{p}_s": t for p, t in zip(PHASES, phase_times)},
                 "prompts": P,
+                "groups_per_prompt": G,
                 "n": n,
                 "m": m,
                 "generated_tokens": int(gen_tokens),
@@ -550,7 +564,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 "reward_std": reward_std,
                 "reward_mean_kept": kept_mean,
                 "reward_std_kept": kept_std,
-                "zero_variance_frac": zero_var / P,
+                "zero_variance_frac": zero_var / (P * G),
                 "completion_len_mean": gen_tokens / n_r,
                 "loss": loss,
                 "grad_norm": update["grad_norm"],

@@ -99,7 +99,7 @@ def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):
     pods = next(line for line in shell if "arm=pods_n128_m32" in line and "seed=21" in line)
     # multi-GPU training goes through the distributed engine with the setup's process count
     assert "accelerate launch --num_processes 8" in pods and "-m pods_bench train" in pods
-    for item in ("selection.rule=max_variance", "selection.n=128", "selection.m=32", "optim.micro_batch_size=8",
+    for item in ("selection.rule=max_variance", "selection.n=128", "selection.m=32", "selection.groups_per_prompt=4",
                  "output_dir=results/h100x8/runs/pods_n128_m32/seed21"):
         assert f"--set {item}" in pods
     # resources from config/hardware.yaml (h100x8): 8 H100s, runtime = 30 min budget x 1.5 + 60

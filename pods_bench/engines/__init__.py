@@ -19,9 +19,12 @@ __all__ = ["ENGINES", "make_engine", "RolloutEngine", "Rollouts", "SamplingConfi
 
 
 def _hf(cfg, model, tokenizer) -> RolloutEngine:
+    import torch
+
     from pods_bench.engines.hf import HFEngine
 
-    return HFEngine(model, tokenizer, max_batch=cfg.engine.max_batch)
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.model.mixed_precision)
+    return HFEngine(model, tokenizer, max_batch=cfg.engine.max_batch, autocast_dtype=autocast)
 
 
 def _vllm(cfg, model, tokenizer) -> RolloutEngine:

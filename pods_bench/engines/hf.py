@@ -83,10 +83,13 @@ def neutral_generation_config(model):
 class HFEngine(RolloutEngine):
     name = "hf"
 
-    def __init__(self, model, tokenizer, max_batch: int = 256):
+    def __init__(self, model, tokenizer, max_batch: int = 256, autocast_dtype: torch.dtype | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        # float32 master weights with bf16 compute (full fine-tuning): sample under autocast as the
+        # update computes, instead of running generation in float32
+        self.autocast_dtype = autocast_dtype
         eos = model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         self.eos_ids = sorted(set(eos) | {tokenizer.eos_token_id} - {None})
@@ -105,7 +108,8 @@ class HFEngine(RolloutEngine):
         # A seeded call samples from its own stream and leaves the caller's RNG untouched; an
         # unseeded call draws from (and advances) the global RNG, so repeated calls differ.
         forked = torch.random.fork_rng(devices=devices) if sampling.seed is not None else nullcontext()
-        with forked, torch.no_grad(), eval_mode(self.model):
+        autocast = torch.autocast(self.device.type, self.autocast_dtype) if self.autocast_dtype else nullcontext()
+        with forked, torch.no_grad(), eval_mode(self.model), autocast:
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.max_batch):

@@ -1,0 +1,66 @@
+"""Several independent groups per prompt (`selection.groups_per_prompt`, the paper's 8-GPU runs):
+each prompt is sampled G x n times, the rewards form G rows of n, and every row is selected n -> m and
+normalised on its own (open-r1 grpo_trainer.py at 9459b96: RepeatSampler mini_repeat_count = n x gas,
+rewards viewed (-1, n), PODS and advantages per row)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pods_bench.selection as selection
+import pods_bench.train as trainer
+from pods_bench.config import config_from_dict
+from pods_bench.errors import PodsBenchError
+from tests.tiny_runs import read_lines, tiny_run
+
+P, G, N, M = 2, 3, 4, 2
+
+
+def test_each_group_is_selected_and_normalised_on_its_own(tmp_path, monkeypatch):
+    seen = {"select": [], "advantages": [], "sequences": []}
+    real_select, real_advantages, real_update = selection.select, selection.group_advantages, trainer.update_policy
+
+    def spy_select(rule, rewards, m, generator=None):
+        seen["select"].append(rewards.clone())
+        return real_select(rule, rewards, m, generator)
+
+    def spy_advantages(rewards, **kwargs):
+        out = real_advantages(rewards, **kwargs)
+        seen["advantages"].append((rewards.clone(), out.clone()))
+        return out
+
+    def spy_update(model, policy, ref, sequences, *args):
+        seen["sequences"].append(sequences)
+        return real_update(model, policy, ref, sequences, *args)
+
+    monkeypatch.setattr(selection, "select", spy_select)
+    monkeypatch.setattr(selection, "group_advantages", spy_advantages)
+    monkeypatch.setattr(trainer, "update_policy", spy_update)
+    cfg = config_from_dict(tiny_run(tmp_path / "run", prompts_per_step=P, budget={"max_steps": 2},
+                                    selection={"rule": "max_variance", "n": N, "m": M, "groups_per_prompt": G},
+                                    eval={"inline": False}))
+    seen["select"].clear()  # the config check's own trial call
+    trainer.train(cfg, progress=False)
+
+    assert [tuple(r.shape) for r in seen["select"]] == [(P * G, N)] * 2  # G rows of n per prompt
+    for rewards, advantages in seen["advantages"]:
+        assert tuple(rewards.shape) == (P * G, M)
+        # each row is normalised with its own mean and std over its m kept rewards
+        expected = real_advantages(rewards)
+        assert torch.equal(advantages, expected)
+        for row in range(P * G):
+            alone = real_advantages(rewards[row : row + 1])
+            assert torch.equal(advantages[row], alone[0])
+    for sequences in seen["sequences"]:
+        assert len(sequences) == P * G * M
+        prompts = [tuple(s.prompt_ids) for s in sequences]
+        for p in range(P):  # the G groups of one prompt are consecutive and share the prompt
+            assert len(set(prompts[p * G * M : (p + 1) * G * M])) == 1
+    records = read_lines(tmp_path / "run/train_log.jsonl")
+    assert [(r["prompts"], r["groups_per_prompt"], r["n"], r["m"]) for r in records] == [(P, G, N, M)] * 2
+
+
+def test_groups_per_prompt_must_be_positive(tmp_path):
+    with pytest.raises(PodsBenchError, match="selection.groups_per_prompt must be >= 1"):
+        config_from_dict(tiny_run(tmp_path, selection={"groups_per_prompt": 0}))
