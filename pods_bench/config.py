@@ -48,6 +48,9 @@ class TaskConfig:
     system_prompt: str | None = None
     max_prompt_tokens: int = 512  # longer prompts are dropped from the training set
     limit: int | None = None  # only the first N problems of the split (quick runs); None: all
+    # MATH training golds: "balanced" (the whole last \boxed{...}) or "released", the paper's code's
+    # truncation at the first "}" (\frac{1}{2} -> \frac{1}: 1,728 of 7,500 train problems never score)
+    math_gold: Literal["balanced", "released"] = "balanced"
 
 
 @dataclass
@@ -124,6 +127,9 @@ class EvalConfig:
     benchmarks: list[str] = field(default_factory=lambda: ["math500"])
     split: str = "test"
     n_problems: int | None = None  # first N problems of the split (fixed); None: all
+    # problems whose rendered prompt is longer are not scored (the paper's evaluation kept prompts of
+    # <= 512 tokens: 496 of MATH-500's 500 with Qwen2.5's tokenizer); None: all
+    max_prompt_tokens: int | None = None
     repeats: int = 1
     temperature: float = 0.9  # 0: greedy
     top_p: float = 1.0
@@ -370,6 +376,7 @@ def validate(cfg: TrainConfig) -> None:
 
     _require(cfg.task.prompt_style in PROMPT_STYLES, f"config key task.prompt_style: unknown style {cfg.task.prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}")
     _require(cfg.task.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
+    _require(cfg.task.math_gold == "balanced" or cfg.task.name == "math", f"config key task.math_gold: 'released' applies to task math only, not {cfg.task.name!r}")
     _require(cfg.task.limit is None or cfg.task.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
     _require(cfg.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
     _require(cfg.sampling.temperature > 0, "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)")
@@ -403,6 +410,7 @@ def validate(cfg: TrainConfig) -> None:
     e = cfg.eval
     _require(e.n_problems is None or e.n_problems >= 1, "config key eval.n_problems must be >= 1 (or null for all)")
     _require(e.repeats >= 1, "config key eval.repeats must be >= 1")
+    _require(e.max_prompt_tokens is None or e.max_prompt_tokens >= 1, "config key eval.max_prompt_tokens must be >= 1 (or null for all)")
     _require(e.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
     _require(0 < e.top_p <= 1, "config key eval.top_p must be in (0, 1]")
     _require(e.max_new_tokens >= 1, "config key eval.max_new_tokens must be >= 1")

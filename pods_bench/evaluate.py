@@ -44,21 +44,28 @@ def render_prompts(problems, tokenizer, task_cfg) -> list[str]:
 
 def load_benchmarks(cfg, tokenizer) -> list[Benchmark]:
     from pods_bench.tasks import load_problems
+    from pods_bench.tasks.prompts import filter_by_prompt_length
 
     benchmarks = []
     for name in cfg.eval.benchmarks:
         problems = load_problems(name, cfg.eval.split, data_dir=cfg.data_dir, limit=cfg.eval.n_problems)
         if not problems:
             raise PodsBenchError(f"benchmark {name!r} split {cfg.eval.split!r} has no rows")
-        benchmarks.append(Benchmark(name, problems, render_prompts(problems, tokenizer, cfg.task)))
+        prompts = render_prompts(problems, tokenizer, cfg.task)
+        if cfg.eval.max_prompt_tokens is not None:  # the paper scored only prompts of <= 512 tokens
+            kept, _ = filter_by_prompt_length(prompts, tokenizer, cfg.eval.max_prompt_tokens)
+            if not kept:
+                raise PodsBenchError(f"no prompt of benchmark {name!r} fits eval.max_prompt_tokens={cfg.eval.max_prompt_tokens}")
+            problems, prompts = [problems[i] for i in kept], [prompts[i] for i in kept]
+        benchmarks.append(Benchmark(name, problems, prompts))
     return benchmarks
 
 
 def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, reward_fn) -> dict:
     """Metrics of the engine's current policy on one benchmark, one list entry per repeat."""
-    from pods_bench.rewards import extract_answer, format_correct
+    from pods_bench.rewards import extract_answer, format_correct, gold_texts
 
-    golds = [p.gold for p in benchmark.problems]
+    golds = gold_texts(benchmark.problems, reward_fn.config.grading)
     metrics: dict[str, list[float]] = {"answer_acc": [], "format_acc": [], "both_acc": [], "mean_length": []}
     examples = []
     for repeat in range(eval_cfg.repeats):

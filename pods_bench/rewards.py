@@ -1,10 +1,14 @@
 """Verifier rewards: math-verify graded correctness plus the paper's format shaping.
 
     total = correctness_weight * correctness + format_weight * format + tag_weight * tags
+    (format and tag terms x (1 - correctness) when `shaping_only_when_wrong`)
 
-- correctness (0 or 1): the answer extracted from the completion (`extract_answer`: the last
-  `<answer>...</answer>` block, else the last `\\boxed{}`, else the last number) is equivalent to the
-  gold answer according to math-verify (`\\frac{1}{2}` = 0.5, `1,000` = 1000, `$72` = 72).
+- correctness (0 or 1): with grading mode "pods-bench" (the default), the answer extracted from the
+  completion (`extract_answer`: the last `<answer>...</answer>` block, else the last `\\boxed{}`,
+  else the last number) is equivalent to the gold answer according to math-verify
+  (`\\frac{1}{2}` = 0.5, `1,000` = 1000, `$72` = 72). The other modes (`GRADING_MODES`) are the
+  extraction rules of the paper's own code, graded by math-verify too; named reward recipes
+  (pods_bench/reward_recipes.py) choose one.
   math-verify reads one value from an answer and drops what it cannot use around it: as
   `72 \\text{ dollars}` is 72, so are `x \\not= 72`, `\\foo 72^{2}` and 72 with a unicode superscript.
   Such answers spell out the gold; among ~2,000 adversarial completions
@@ -40,7 +44,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from multiprocessing.connection import wait as wait_for_connections
 
 import numpy as np
@@ -117,6 +121,51 @@ def extract_answer(completion: str) -> str | None:
     if boxed:
         return boxed
     return last_number(completion)
+
+
+# --- grading modes: which candidate answers of a completion are graded against the gold ---------
+# A completion is correct if any candidate is equivalent to the gold. Mode "open-r1" grades the whole
+# completion with open-r1's own math-verify extraction (`_Grader`, parse mode "open-r1").
+
+_INTEGER = re.compile(r"\d+")  # 3fc107e:utils/data.py:L45-50
+_LLAMA_NUMBER = re.compile(r"[\d\.\,]+")  # 0c453d2:utils/data.py:L60
+
+
+def released_answer_block(text: str) -> str:
+    """3fc107e:utils/data.py:L39-43: `text.split("<answer>")[-1].split("</answer>")[0].strip()` (the
+    whole text when there is no <answer> tag)."""
+    return text.split("<answer>")[-1].split("</answer>")[0].strip()
+
+
+def released_last_number(text: str, pattern: re.Pattern = _INTEGER) -> str:
+    """The last match of `pattern`, or "-1" if there is none (3fc107e:utils/data.py:L45-50)."""
+    numbers = pattern.findall(text)
+    return numbers[-1] if numbers else "-1"
+
+
+# mode -> (candidates of a completion, how the worker parses them)
+GRADING_MODES = {
+    # pods-bench's rule: one answer, the <answer> block's (or its \boxed{}), else \boxed{}, else the last number
+    "pods-bench": (lambda text: [extract_answer(text)], "answer"),
+    # the single-GPU code: any of whole text, <answer> block, last integer (3fc107e:utils/data.py:L52-55)
+    "released-1gpu": (lambda text: [text, released_answer_block(text), released_last_number(text)], "answer"),
+    # the Llama runs: the same with the last number read as [\d.,]+ (0c453d2:utils/data.py:L60)
+    "released-1gpu-llama": (
+        lambda text: [text, released_answer_block(text), released_last_number(text, _LLAMA_NUMBER)],
+        "answer",
+    ),
+    # open-r1's accuracy_reward: LaTeX answers only, read from the whole completion; the gold parsed
+    # from the full solution text (9459b96:open-r1/src/open_r1/rewards.py:L96-138)
+    "open-r1": (lambda text: [text], "open-r1"),
+}
+
+
+def gold_texts(problems, grading: str) -> list[str]:
+    """What each problem's completions are graded against: the gold answer, or for open-r1 grading
+    the full reference solution (GSM8K's `answer` column) when the task has one."""
+    if grading == "open-r1":
+        return [p.solution or p.gold for p in problems]
+    return [p.gold for p in problems]
 
 
 # --- format shaping ----------------------------------------------------------------------------------
@@ -207,6 +256,9 @@ def format_correct(completion: str) -> bool:
 # --- grading one item (runs in a worker process, or in the main thread with workers=0) -----------
 
 OK, TIMEOUT, ERROR, KILLED = 0, 1, 2, 3  # KILLED: a timeout enforced by killing the worker
+_BY_SEVERITY = (OK, ERROR, TIMEOUT, KILLED)  # a completion's status: the worst of its candidates'
+_SEVERITY = {status: rank for rank, status in enumerate(_BY_SEVERITY)}
+_MAX_COMPLETION_CHARS = 50_000  # whole completions graded by open-r1's rule; longer ones score 0
 
 # math-verify reports timeouts and the exceptions it swallows only through its logger; these are
 # the message prefixes of math-verify 0.9 (the fuzz test fails if timeouts stop being seen).
@@ -266,19 +318,39 @@ class _Grader:
                 return parsed
         return []
 
-    def grade(self, answer: str | None, gold: str) -> tuple[float, int]:
-        """(score, status) of one extracted answer against one gold answer."""
+    def _parse_open_r1(self, text: str, gold: bool) -> list:
+        """open-r1's parsing (9459b96:open-r1/src/open_r1/rewards.py): the gold with math-verify's
+        default extraction, first match (L101-104); the completion LaTeX-only, boxed answers first,
+        nothing read without an anchor (L107-125)."""
+        from latex2sympy2_extended import NormalizationConfig
+        from math_verify import LatexExtractionConfig, parse
+
+        if gold:
+            return parse(text, extraction_mode="first_match", parsing_timeout=self.timeout)
+        config = LatexExtractionConfig(
+            normalization_config=NormalizationConfig(
+                nits=False, malformed_operators=False, basic_latex=True, equations=True, boxed="all", units=True
+            ),
+            boxed_match_priority=0,
+            try_extract_without_anchor=False,
+        )
+        return parse(text, extraction_config=[config], extraction_mode="first_match", parsing_timeout=self.timeout)
+
+    def grade(self, answer: str | None, gold: str, mode: str = "answer") -> tuple[float, int]:
+        """(score, status) of one candidate answer against one gold answer. `mode` "answer": both
+        parsed by `_parse`; "open-r1": both as open-r1 parsed them (`_parse_open_r1`)."""
         from math_verify import verify
 
         if not answer or not gold:
             return 0.0, OK
         self.events.timeouts = self.events.errors = 0
+        parse = self._parse if mode == "answer" else (lambda text, gold=False: self._parse_open_r1(text, gold))
         try:
-            if gold not in self.gold_cache:  # a gold that timed out stays cached as unparseable
+            if (mode, gold) not in self.gold_cache:  # a gold that timed out stays cached as unparseable
                 if len(self.gold_cache) >= 10_000:  # bound the memory of a long-lived process
                     self.gold_cache.clear()
-                self.gold_cache[gold] = self._parse(gold)
-            correct = verify(self.gold_cache[gold], self._parse(answer), timeout_seconds=self.timeout)
+                self.gold_cache[mode, gold] = parse(gold) if mode == "answer" else parse(gold, gold=True)
+            correct = verify(self.gold_cache[mode, gold], parse(answer), timeout_seconds=self.timeout)
         except Exception:  # math-verify swallows its own errors; anything else is still just a 0
             return 0.0, ERROR
         if correct:  # a timeout or error on another candidate pair did not matter
@@ -302,7 +374,7 @@ def _limit_address_space(extra_mb: int) -> None:
 
 
 def _worker_main(conn, timeout: int, memory_limit_mb: int | None) -> None:
-    """Worker process: receive chunks of (index, answer, gold), send back one
+    """Worker process: receive chunks of (index, answer, gold, mode), send back one
     (index, score, status, seconds) per item as soon as it is graded; exit on None or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     if memory_limit_mb:
@@ -319,10 +391,10 @@ def _worker_main(conn, timeout: int, memory_limit_mb: int | None) -> None:
                 return
             if chunk is None:
                 return
-            for index, answer, gold in chunk:
+            for index, answer, gold, mode in chunk:
                 started = time.perf_counter()
                 try:
-                    score, status = grader.grade(answer, gold)
+                    score, status = grader.grade(answer, gold, mode)
                 except BaseException:  # e.g. a TimeoutException raised outside math-verify's own handlers
                     score, status = 0.0, TIMEOUT
                 conn.send((index, score, status, time.perf_counter() - started))
@@ -392,7 +464,7 @@ class _GraderPool:
         return [w.process.pid for w in self._workers]
 
     def grade(self, chunks: list[list[tuple]], deadline_s: float) -> dict[int, tuple[float, int, float]]:
-        """Grade chunks of (index, answer, gold): {index: (score, status, seconds)}."""
+        """Grade chunks of (index, answer, gold, mode): {index: (score, status, seconds)}."""
         items = {item[0]: item for chunk in chunks for item in chunk}
         queue, results = deque(chunks), {}
         while queue or any(w.pending for w in self._workers):
@@ -467,12 +539,33 @@ class RewardConfig:
     memory_limit_mb: int | None = 4096  # extra address space a grading process may allocate
     max_answer_chars: int = 1000  # longer extracted answers are graded wrong without parsing
     format_style: str = "pods"  # FORMAT_STYLES: "pods" (single-GPU code) or "open-r1" (multi-GPU)
+    shaping_only_when_wrong: bool = False  # format and tag terms count only for wrong answers
+    grading: str = "pods-bench"  # GRADING_MODES: which candidate answers are graded, and how
+    # a named recipe (pods_bench/reward_recipes.py) fixes the weights, style, gating and grading above;
+    # "custom": the keys as given
+    recipe: str = "custom"
 
     def __post_init__(self):
+        from pods_bench.reward_recipes import RECIPE_FIELDS, REWARD_RECIPES
+
+        if self.recipe != "custom":
+            if self.recipe not in REWARD_RECIPES:
+                raise PodsBenchError(f"reward recipe {self.recipe!r} is not one of custom, {', '.join(REWARD_RECIPES)}")
+            recipe, defaults = REWARD_RECIPES[self.recipe], {f.name: f.default for f in fields(self)}
+            for name in RECIPE_FIELDS:
+                value = getattr(self, name)
+                if value not in (defaults[name], getattr(recipe, name)):
+                    raise PodsBenchError(
+                        f"reward {name} is set by recipe {self.recipe!r} ({getattr(recipe, name)!r}); "
+                        f"remove it or use recipe custom"
+                    )
+                setattr(self, name, getattr(recipe, name))
         if self.workers < 0:
             raise PodsBenchError(f"reward workers must be >= 0, got {self.workers}")
         if self.timeout_s <= 0:
             raise PodsBenchError(f"reward timeout_s must be > 0, got {self.timeout_s}")
+        if self.grading not in GRADING_MODES:
+            raise PodsBenchError(f"reward grading {self.grading!r} is not one of {', '.join(GRADING_MODES)}")
         if self.format_style not in FORMAT_STYLES:
             raise PodsBenchError(f"reward format_style {self.format_style!r} is not one of {', '.join(FORMAT_STYLES)}")
         if self.start_method not in mp.get_all_start_methods():
@@ -541,23 +634,26 @@ class RewardFunction:
         self.close()
 
     # -- grading
-    def grade(self, answers: list[str | None], golds: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Correctness of extracted answers: (scores, statuses, seconds) arrays."""
-        # Not worth parsing, graded wrong: over-long answers (no real one is) and unbalanced braces
-        # (not LaTeX; math-verify's parser can spend seconds on them, past its own alarm).
-        cap = self.config.max_answer_chars
-        answers = [a if a is not None and len(a) <= cap and braces_balance(a) else None for a in answers]
+    def grade(self, answers: list[str | None], golds: list[str], mode: str = "answer") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Correctness of candidate answers: (scores, statuses, seconds) arrays. `mode`: see `_Grader.grade`."""
+        if mode == "answer":
+            # Not worth parsing, graded wrong: over-long answers (no real one is) and unbalanced braces
+            # (not LaTeX; math-verify's parser can spend seconds on them, past its own alarm).
+            cap = self.config.max_answer_chars
+            answers = [a if a is not None and len(a) <= cap and braces_balance(a) else None for a in answers]
+        else:  # whole completions (open-r1): prose may hold a stray brace; the deadline still bounds them
+            answers = [a if a is not None and len(a) <= _MAX_COMPLETION_CHARS else None for a in answers]
         if not answers:
             results = {}
         elif self.config.workers == 0:
-            results = self._grade_here(answers, golds)
+            results = self._grade_here(answers, golds, mode)
         else:
-            results = self._ensure_pool().grade(self._chunks(answers, golds), self.config.item_deadline_s)
+            results = self._ensure_pool().grade(self._chunks(answers, golds, mode), self.config.item_deadline_s)
         rows = [results[i] for i in range(len(answers))]
         scores, statuses, seconds = ([row[k] for row in rows] for k in range(3))
         return np.array(scores, dtype=float), np.array(statuses, dtype=int), np.array(seconds, dtype=float)
 
-    def _grade_here(self, answers: list[str | None], golds: list[str]) -> dict:
+    def _grade_here(self, answers: list[str | None], golds: list[str], mode: str) -> dict:
         if threading.current_thread() is not threading.main_thread():
             raise PodsBenchError(
                 "reward workers=0 grades in the calling thread, which must be the main thread (math-verify's timeouts use signals)"
@@ -566,26 +662,46 @@ class RewardFunction:
         with _Grader(self.config.timeout_int, self._gold_cache) as grader:
             for i, (answer, gold) in enumerate(zip(answers, golds)):
                 started = time.perf_counter()
-                score, status = grader.grade(answer, gold)
+                score, status = grader.grade(answer, gold, mode)
                 results[i] = (score, status, time.perf_counter() - started)
         return results
 
-    def _chunks(self, answers: list[str | None], golds: list[str]) -> list[list[tuple]]:
+    def _chunks(self, answers: list[str | None], golds: list[str], mode: str) -> list[list[tuple]]:
         """About four chunks per worker; items sorted by gold, so a worker sees all (or most) items of
         one gold together and parses that gold once."""
         order = sorted(range(len(answers)), key=lambda i: golds[i])
         size = max(1, min(64, math.ceil(len(order) / (4 * self.config.workers))))
-        return [[(i, answers[i], golds[i]) for i in order[s : s + size]] for s in range(0, len(order), size)]
+        return [[(i, answers[i], golds[i], mode) for i in order[s : s + size]] for s in range(0, len(order), size)]
+
+    def _grade_completions(self, completions: list[str], golds: list[str]):
+        """Per completion: correct if any candidate of the grading mode is (score 1), its status the
+        worst of its candidates' unless one was correct, its seconds their sum."""
+        extract, mode = GRADING_MODES[self.config.grading]
+        candidates = [list(dict.fromkeys(extract(t))) for t in completions]  # distinct, in order
+        owner = np.repeat(np.arange(len(completions)), [len(c) for c in candidates])
+        flat = [a for c in candidates for a in c]
+        scores, statuses, seconds = self.grade(flat, [golds[i] for i in owner], mode)
+        correctness = np.zeros(len(completions))
+        np.maximum.at(correctness, owner, scores)
+        worst = np.zeros(len(completions), dtype=int)
+        np.maximum.at(worst, owner, np.array([_SEVERITY[s] for s in statuses], dtype=int))
+        status = np.where(correctness > 0, OK, np.array(_BY_SEVERITY)[worst])
+        total_seconds = np.zeros(len(completions))
+        np.add.at(total_seconds, owner, seconds)
+        return correctness, status, total_seconds
 
     def __call__(self, completions: list[str], golds: list[str]) -> RewardBreakdown:
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
         c = self.config
-        correctness, statuses, seconds = self.grade([extract_answer(t) for t in completions], list(golds))
+        correctness, statuses, seconds = self._grade_completions(completions, list(golds))
         format_fn, tag_fn = FORMAT_STYLES[c.format_style]
         fmt = np.array([format_fn(t) for t in completions], dtype=float)
         tags = np.array([tag_fn(t) for t in completions], dtype=float)
-        total = c.correctness_weight * correctness + c.format_weight * fmt + c.tag_weight * tags
+        shaping = c.format_weight * fmt + c.tag_weight * tags
+        if c.shaping_only_when_wrong:  # 3fc107e:utils/data.py:L244-247, L266-269
+            shaping = shaping * (1.0 - correctness)
+        total = c.correctness_weight * correctness + shaping
         return RewardBreakdown(
             total=total,
             correctness=correctness,

@@ -81,6 +81,10 @@ def load_training_prompts(cfg: TrainConfig, tokenizer):
     problems = load_problems(cfg.task.name, cfg.task.split, data_dir=cfg.data_dir, limit=cfg.task.limit)
     if not problems:
         raise PodsBenchError(f"task {cfg.task.name!r} split {cfg.task.split!r} has no rows")
+    if cfg.task.math_gold == "released" and cfg.task.name == "math":  # exact replication of a known bug
+        from pods_bench.tasks.hub import released_math_gold
+
+        problems = [replace(p, gold=released_math_gold(p.solution)) for p in problems]
     prompts = render_prompts(problems, tokenizer, cfg.task)
     kept, dropped = filter_by_prompt_length(prompts, tokenizer, cfg.task.max_prompt_tokens)
     if not kept:
@@ -363,7 +367,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
 
     from pods_bench import run_info
     from pods_bench.engines import make_engine
-    from pods_bench.rewards import RewardFunction
+    from pods_bench.rewards import RewardFunction, gold_texts
     from pods_bench.selection import group_advantages, nonuniform_groups, select
 
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars at every checkpoint
@@ -504,7 +508,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             # 3. rewards (P_local x G groups, n)
             with timed(times, "reward", accelerator.device):
                 texts = [t for group in rollouts.completion_text for t in group]
-                graded = reward_fn(texts, [p.gold for p in batch for _ in range(n)])
+                golds = gold_texts(batch, cfg.reward.grading)
+                graded = reward_fn(texts, [g for g in golds for _ in range(n)])
                 rewards = torch.tensor(graded.total, dtype=torch.float64).view(len(groups), n)
 
             # 4-5. selection and advantages over the kept m

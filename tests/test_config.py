@@ -71,7 +71,7 @@ def test_resolved_config_round_trips_through_json():
         (["eval.benchmarks=arith,nope"], "eval.benchmarks[1]:"),
         (["selection.n=many"], "selection.n must be int, got 'many'"),
         (["lora.enabled=maybe"], "lora.enabled must be bool"),
-        (["loss.aggregation=batch"], "loss.aggregation must be one of ['sequence', 'token']"),
+        (["loss.aggregation=batch"], "loss.aggregation must be one of ['sequence', 'token', 'micro_batch_token']"),
         (["selection.nn=4"], "unknown config key selection.nn (did you mean selection.n?)"),
         (["no_such_section.x=1"], "unknown config key no_such_section"),
         (["selection.n"], "must look like key=value"),

@@ -52,7 +52,8 @@ def test_a_short_run_writes_the_results_contract(tmp_path):
 
     info = json.loads((run_dir / "run.json").read_text())
     assert (info["status"], info["stop_reason"], info["step"]) == ("finished", "max_steps", 3)
-    assert info["config"]["selection"] == {"rule": "max_variance", "n": 4, "m": 2, "filter_uniform_groups": False, "scale_advantage_by_std": True}
+    assert info["config"]["selection"] == {"rule": "max_variance", "n": 4, "m": 2, "groups_per_prompt": 1,
+                                           "filter_uniform_groups": False, "scale_advantage_by_std": True}
     assert {"torch", "transformers", "peft", "accelerate", "math-verify", "pods-bench", "vllm"} <= set(info["versions"])
     assert info["versions"]["torch"] == torch.__version__
     assert info["hardware"]["world_size"] == 1 and info["hardware"]["cpu_cores"] >= 1

@@ -128,6 +128,16 @@ def _gsm8k(row: dict, split: str, i: int) -> Problem:
     return Problem(pid, row["question"], gold, row["answer"])
 
 
+def released_math_gold(solution: str) -> str:
+    """The gold answer as the paper's single-GPU code read it (3fc107e:utils/data.py:L134-140): the
+    text after the last `\\boxed{` up to the first `}`, so `\\boxed{\\frac{1}{2}}` gives `\\frac{1`
+    and such problems could never be answered correctly. "" when there is no `\\boxed{` (their None).
+    `task.math_gold: released` trains on these; pods-bench's default is the balanced `last_boxed`."""
+    if "\\boxed{" not in solution:
+        return ""
+    return solution.split("\\boxed{")[-1].split("}")[0].strip()
+
+
 def _math(row: dict, split: str, i: int) -> Problem:
     pid = f"math/{split}/{i}"
     gold = _gold_or_fail(last_boxed(row["solution"]), pid, "solution has no \\boxed answer")
