@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -13,6 +14,39 @@ import psutil
 # Python's own per-interpreter helpers live as long as the test process by design; their children
 # (e.g. grading workers forked by the forkserver) are checked like any other process.
 _INTERPRETER_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+# A process started in the background by a non-interactive shell (`cmd &`, nohup, many CI runners)
+# inherits SIGINT and SIGQUIT ignored, and Python then installs no KeyboardInterrupt handler; blocked
+# signals are inherited too. A test that signals a process it started must not depend on how the test
+# run itself was started, so it starts the process through this prefix: default dispositions, nothing
+# blocked, then exec (same pid). A wrapper rather than Popen(preexec_fn=...), which is unsafe in a
+# process with threads.
+_RESTORE_SIGNALS = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)\n"
+    "signal.pthread_sigmask(signal.SIG_SETMASK, [])\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def with_default_signals(command: list[str]) -> list[str]:
+    """`command` run with SIGINT, SIGQUIT and SIGTERM at their default dispositions and no signal
+    blocked, whatever this process inherited."""
+    return [sys.executable, "-c", _RESTORE_SIGNALS, *command]
+
+
+def handles_signal(pid: int, sig: int) -> bool:
+    """Whether process `pid` has a handler of its own for `sig` (caught: not ignored, not blocked,
+    not the default action), from /proc/<pid>/status."""
+    masks = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("SigBlk", "SigIgn", "SigCgt"):
+                masks[key] = int(value, 16)
+    bit = 1 << (sig - 1)
+    return bool(masks["SigCgt"] & bit) and not (masks["SigIgn"] | masks["SigBlk"]) & bit
 
 
 def _alive(processes) -> list[psutil.Process]:

@@ -19,7 +19,7 @@ from pods_bench.config import config_from_dict
 from pods_bench.evaluate import evaluate_run
 from pods_bench.rewards import RewardConfig, RewardFunction
 from pods_bench.train import train
-from tests.processes import leftover_processes, session_processes, still_running_after
+from tests.processes import handles_signal, leftover_processes, session_processes, still_running_after, with_default_signals
 from tests.tiny_runs import read_lines, tiny_run
 
 WITH_POOL = {"workers": 1}  # a real grading process
@@ -78,12 +78,17 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code
                                               eval={"inline": False})))
     command = [sys.executable, "-m", "pods_bench", "train", "--config", str(config), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # as from an interactive shell, whatever this test run inherited (a backgrounded shell ignores SIGINT)
+    proc = subprocess.Popen(with_default_signals(command), env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     log = tmp_path / "run/train_log.jsonl"
     deadline = time.monotonic() + 120
     while not (log.exists() and log.read_text().count("\n") >= 2):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
         time.sleep(0.05)
+    if not handles_signal(proc.pid, sig):
+        proc.kill()  # the signal would not stop it
+        pytest.fail(f"the trainer has no handler for {sig.name} (SigCgt in /proc/{proc.pid}/status)")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
 
