@@ -40,6 +40,7 @@ import torch
 
 from pods_bench import checkpoint as ckpt
 from pods_bench.config import TrainConfig
+from pods_bench.experiment import flatten
 from pods_bench.errors import PodsBenchError
 from pods_bench.evaluate import EVAL_LOCK, EVAL_LOG, evaluate_missing, load_benchmarks, render_prompts
 from pods_bench.failpoints import failpoint
@@ -322,20 +323,10 @@ def make_optimizer(model, cfg: TrainConfig, world: int):
 # --- run folder ----------------------------------------------------------------------------------
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def check_same_run(run: dict, cfg: TrainConfig) -> None:
     """A run folder is resumed only by the same config (budget and evaluation may change)."""
-    old = _flatten(run["config"])
-    new = _flatten(json.loads(json.dumps(cfg.to_dict(), default=str)))
+    old = flatten(run["config"])
+    new = flatten(json.loads(json.dumps(cfg.to_dict(), default=str)))
     for key in sorted(set(old) | set(new)):
         if key.startswith(RESUMABLE_CHANGES):
             continue

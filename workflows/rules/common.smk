@@ -30,21 +30,6 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 PODS_BENCH = "python -m pods_bench"
 
-# Trainer keys the workflow sets itself, and the experiment-config key to use instead.
-WORKFLOW_KEYS = {
-    "experiment": "experiment",
-    "arm": "arms",
-    "seed": "seeds",
-    "output_dir": "experiment (runs go to results/<experiment>/runs/<arm>/seed<k>)",
-    "device": "hardware",
-    "task.name": "benchmark",
-    "eval.benchmarks": "eval_benchmarks",
-    "selection.rule": "arms.<arm>.rule",
-    "selection.n": "arms.<arm>.n",
-    "selection.m": "arms.<arm>.m",
-}
-
-
 def config_error(message: str):
     """Bad input: one line naming the key, then exit before any job starts."""
     print(f"pods-bench workflow: {', '.join(CONFIG_FILES)}: {message}", file=sys.stderr)
@@ -129,86 +114,28 @@ for key, name in [("benchmark", config["benchmark"])] + [
 
 # --- trainer settings ----------------------------------------------------------------------------
 
+from pods_bench import experiment as experiment_settings  # how runs are built (also used by the tests)
 from pods_bench.config import config_from_dict
 
 WARM_START = config["warm_start"]
-WARM_START_DIR = f"results/warm_start/{WARM_START['name']}"
-
-
-def _flatten(data: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _reject_workflow_keys(keys, where: str) -> None:
-    for key in keys:
-        owner = WORKFLOW_KEYS.get(key)
-        if owner:
-            config_error(f"config key {where}{key} is set by the workflow: use {owner} instead")
-
-
-def _merge(base: dict, update: dict) -> dict:
-    merged = dict(base)
-    for key, value in update.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-    return merged
-
-
-def _train_base() -> dict:
-    if not config["train_base"]:
-        return {}
-    path = ROOT / config["train_base"]
-    try:
-        base = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        config_error(f"config key train_base: cannot read {config['train_base']} ({str(e).splitlines()[0]})")
-    if not isinstance(base, dict):
-        config_error(f"config key train_base: {config['train_base']} must hold a mapping of trainer settings")
-    _reject_workflow_keys(_flatten(base), f"{config['train_base']}: ")
-    return base
-
-
-def shared_train_settings() -> dict:
-    """The trainer config every arm starts from (written to results/<experiment>/configs/train.yaml):
-    `train_base`, then `train` merged over it, then what the workflow sets."""
-    _reject_workflow_keys(_flatten(config["train"]), "train.")
-    settings = json.loads(json.dumps(_merge(_train_base(), config["train"])))  # plain data, a deep copy
-    settings["experiment"] = EXPERIMENT
-    settings["device"] = HARDWARE["device"]
-    settings.setdefault("task", {})["name"] = config["benchmark"]
-    settings.setdefault("eval", {})["benchmarks"] = list(config["eval_benchmarks"])
-    if WARM_START["enabled"]:
-        settings.setdefault("model", {})["name"] = WARM_START_DIR
-    return settings
-
-
-def _set_value(value) -> str:
-    """A value as the trainer's `--set key=value` reads it (strings raw, everything else YAML)."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def arm_overrides(arm: str) -> list[str]:
-    """The `--set` items that make the shared settings into arm `arm`."""
-    spec = config["arms"][arm]
-    _reject_workflow_keys(spec["set"], f"arms.{arm}.set.")
-    items = [f"arm={arm}", f"selection.rule={spec['rule']}", f"selection.n={spec['n']}", f"selection.m={spec['m']}"]
-    return items + [f"{key}={_set_value(value)}" for key, value in spec["set"].items()]
+WARM_START_DIR = experiment_settings.warm_start_dir(config)
 
 
 def run_dir(arm, seed) -> str:
-    return f"{RUNS_DIR}/{arm}/seed{seed}"
+    return experiment_settings.run_dir(config, arm, seed)
 
 
 def run_overrides(arm, seed) -> list[str]:
-    return arm_overrides(arm) + [f"seed={seed}", f"output_dir={run_dir(arm, seed)}"]
+    try:
+        return experiment_settings.run_overrides(config, arm, seed)
+    except PodsBenchError as e:
+        config_error(str(e))
 
 
-TRAIN_SETTINGS = shared_train_settings()
+try:
+    TRAIN_SETTINGS = experiment_settings.shared_train_settings(config, HARDWARE, ROOT)
+except PodsBenchError as e:
+    config_error(str(e))
 try:
     config_from_dict(TRAIN_SETTINGS)
 except PodsBenchError as e:
