@@ -2,25 +2,35 @@
 the same command completes only the missing jobs and reaches the same results as a run never killed.
 
 A killed Snakemake leaves its lock behind, so the rerun is the documented two commands (docs/workflow.md):
-`snakemake --unlock ...` then the original command. Training budgets are in steps and checkpoints
-every 2 steps here, so that both workflows' runs are comparable record by record (a time budget
-would end runs at different steps).
+`snakemake --profile profiles/local --unlock ...` then the original command. Training budgets are in
+steps and checkpoints every 2 steps here, so that both workflows' runs are comparable record by record
+(a time budget would end runs at different steps).
+
+The workflow is killed twice: once while training jobs are under way, and once in the window between a
+training job's marker being written and Snakemake recording the job as finished (~1 ms, hardly ever hit
+by chance). A kill there leaves a marker Snakemake knows to be incomplete; the rerun must redo that job
+(the profile's `rerun-incomplete`) instead of stopping with IncompleteFilesException. The test holds
+Snakemake in that window: Snakemake reads a job's metadata record right after writing its marker, and
+a FIFO put in place of the record keeps that read waiting until the kill.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
+from base64 import urlsafe_b64encode
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from pods_bench.io import read_jsonl
 from tests.processes import kill_tree
-from tests.test_workflow import CONFIG_DIR, SNAKEFILE, snakemake
+from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT, SNAKEFILE, snakemake
 from tests.test_workflow_run import check_success, write_yaml
 from tests.tiny_runs import without_timings
 
@@ -35,6 +45,7 @@ SHORT_STEPS_SMOKE = {
     "resources": {"train": {"runtime_min": 10}},  # a step budget gives the scheduler no runtime to derive
 }
 RUNS = ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m4/seed0", "pods_n16_m4/seed1"]
+PROFILE = str(PROJECT_ROOT / "profiles" / "local")  # the documented commands' profile (rerun-incomplete)
 # what speedups.csv holds that does not depend on wall-clock times
 CLOCK_FREE_COLUMNS = ["experiment", "benchmark", "metric", "baseline", "arm", "is_baseline", "n", "m", "rule", "n_seeds"]
 
@@ -49,51 +60,106 @@ def run_records(workdir, run: str, log: str) -> list[dict]:
     return without_timings(read_jsonl(workdir / "results" / "smoke" / "runs" / run / log))
 
 
+def train_marker(run: str) -> str:
+    return f"results/smoke/runs/{run}/train.done"
+
+
+def snakemake_record(workdir, kind: str, output: str) -> Path:
+    """Snakemake's record of `output` (a path relative to the workdir): "incomplete" from the start of
+    the job that writes it until the job is recorded as finished, "metadata" from then on; named by the
+    path in URL-safe base64 (snakemake/persistence/file.py; names this short are not split)."""
+    return workdir / ".snakemake" / kind / urlsafe_b64encode(output.encode()).decode()
+
+
+def start_workflow(workdir, command: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *command],
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def wait_until(condition, proc: subprocess.Popen, timeout_s: float = 600):
+    """Poll `condition()` until it returns something true, while the workflow runs."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := condition()):
+        assert proc.poll() is None, "the workflow ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return found
+
+
+def unlock(workdir, configs: list[str]) -> None:
+    out = snakemake(workdir, "--profile", PROFILE, *configs, "--unlock")
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_results(tmp_path, data_dir):
     env = {"PODS_BENCH_DATA_DIR": str(data_dir)}
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     reference.mkdir()
     killed.mkdir()
     configs = ["--configfile", str(CONFIG_DIR / "smoke.yaml"), write_yaml(tmp_path / "short.yaml", SHORT_STEPS_SMOKE)]
-    command = ["--cores", "2", *configs]
+    # the documented command, on 2 cores whatever the machine: two jobs at a time, as the kills expect
+    command = ["--profile", PROFILE, "--cores", "2", *configs]
 
     check_success(snakemake(reference, *command, env=env, timeout=900), "smoke")
 
-    # the killed workflow: SIGKILL to the whole process group once a training job has finished and
-    # another is under way
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(killed), *command],
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    # 1. SIGKILL to Snakemake and every job once a training job has finished and another is under way
     runs = killed / "results" / "smoke" / "runs"
-    deadline = time.monotonic() + 600
-    while not (any(k.endswith("train.done") for k in markers(killed))
-               and any((runs / r / "train_log.jsonl").exists() and not (runs / r / "train.done").exists() for r in RUNS)):
-        assert proc.poll() is None, "the workflow ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    proc = start_workflow(killed, command, env)
+    wait_until(lambda: any(k.endswith("train.done") for k in markers(killed))
+               and any((runs / r / "train_log.jsonl").exists() and not (runs / r / "train.done").exists() for r in RUNS),
+               proc)
     assert not kill_tree(proc)[1]  # Snakemake and every job process; nothing survived
     done_before = markers(killed)
     interrupted = [r for r in RUNS if (runs / r / "run.json").exists() and f"{r}/train.done" not in done_before]
     resumable = {r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))
                  for r in interrupted if list((runs / r / "checkpoints").glob("step-*"))}
     assert done_before and interrupted and len(done_before) < 2 * len(RUNS)
+    unlock(killed, configs)
 
-    unlock = snakemake(killed, "--unlock", *configs)
-    assert unlock.returncode == 0, unlock.stderr[-2000:]
+    # 2. the same command, killed between a training job's marker and Snakemake's record of the job.
+    # Once this Snakemake has started a training job (its records of earlier jobs are read), a FIFO in
+    # place of each missing marker's metadata record: the first training job to end leaves Snakemake
+    # waiting to read its record, with the marker written and the job still marked incomplete.
+    pending = [r for r in RUNS if not (runs / r / "train.done").exists()]
+    started_at = time.time()
+    proc = start_workflow(killed, command, env)
+    wait_until(lambda: any(record.exists() and record.stat().st_mtime >= started_at
+                           for record in (snakemake_record(killed, "incomplete", train_marker(r)) for r in pending)),
+               proc)
+    fifos = [snakemake_record(killed, "metadata", train_marker(r)) for r in pending]
+    for fifo in fifos:
+        fifo.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(fifo)
+    held = wait_until(lambda: [r for r in pending if (runs / r / "train.done").exists()], proc)[0]
+    assert not kill_tree(proc)[1]
+    assert all(stat.S_ISFIFO(fifo.stat().st_mode) for fifo in fifos)  # no record was written in their place
+    for fifo in fifos:
+        fifo.unlink()
+    assert snakemake_record(killed, "incomplete", train_marker(held)).exists(), "the kill missed the window"
+    held_marker = markers(killed)[f"{held}/train.done"]
+    unlock(killed, configs)
+
+    # 3. the same command completes the workflow
     rerun = snakemake(killed, *command, env=env, timeout=900)
     check_success(rerun, "smoke")
     print(f"\nworkflow killed with {len(done_before)} of {2 * len(RUNS)} run jobs done, "
-          f"training interrupted in {interrupted}, resumed from {resumable}")
+          f"training interrupted in {interrupted}, resumed from {resumable}; "
+          f"killed again between {held}'s marker and its record")
 
-    # only the missing jobs ran again: finished jobs' markers are untouched
+    # only the missing jobs ran again: finished jobs' markers are untouched; the job killed in the
+    # window ran again (rerun-incomplete), and its run, trained to the end, resumed from its last checkpoint
     after = markers(killed)
     assert {k: after[k] for k in done_before} == done_before
+    assert after[f"{held}/train.done"] > held_marker
     assert set(after) == set(markers(reference))
     for run in resumable:  # the interrupted training resumed from its checkpoint instead of restarting
         info = json.loads((runs / run / "run.json").read_text())
-        assert [r["checkpoint"] for r in info["resumed"]] == [resumable[run]]
+        assert info["resumed"][0]["checkpoint"] == resumable[run]
+    held_info = json.loads((runs / held / "run.json").read_text())
+    assert held_info["resumed"][-1]["checkpoint"] == f"step-{SHORT_STEPS_SMOKE['train']['budget']['max_steps']:06d}"
 
     # the same results: every run's records (timings aside) and the clock-free part of the summary
     for run in RUNS:
