@@ -11,8 +11,8 @@ import pytest
 
 from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
-from pods_bench.reward_recipes import REWARD_RECIPES
 from pods_bench.rewards import RewardConfig, RewardFunction, gold_texts
+from pods_bench.rewards.recipes import REWARD_RECIPES
 from pods_bench.tasks import Problem
 from tests.tiny_runs import tiny_run
 

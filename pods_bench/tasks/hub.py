@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from pods_bench.errors import PodsBenchError
-from pods_bench.rewards import last_boxed
+from pods_bench.rewards.extraction import last_boxed
 from pods_bench.tasks import Problem, Task, register_task, resolve_data_dir
 
 

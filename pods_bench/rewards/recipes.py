@@ -2,7 +2,7 @@
 
 A recipe fixes every part of the reward: the weights of correctness, format and tag terms, the
 format style, whether the shaping terms count only for wrong answers, and how correctness is
-graded (`GRADING_MODES` in pods_bench/rewards.py; math-verify is the engine of every mode). Each
+graded (`GRADING_MODES` in pods_bench/rewards/grading.py; math-verify is the engine of every mode). Each
 cites the lines of the authors' code (github.com/YixuanEvenXu/pods) it follows; docs/fidelity.md
 lists where pods-bench's grading still differs from theirs.
 
