@@ -4,6 +4,11 @@ Loaded from YAML (`--config file.yaml`) plus dotted overrides (`--set selection.
 typed by its dataclass field, then validated. Every mistake (unknown key, wrong type, m > n, unknown
 rule/engine/task) is a `PodsBenchError` with one line naming the key. The resolved config (defaults
 filled in) is what run.json records, and `config_from_dict` reads it back.
+
+Each section checks its own fields in `__post_init__`, wherever it is built (a config file, run.json,
+code); `validate` adds what no one section can see: checks across sections, the registries (selection
+rules, engines, tasks, prompt styles: their modules import torch and the tasks), and that a budget is
+set (the default leaves it open, so that a `TrainConfig()` can be built in code).
 """
 
 from __future__ import annotations
@@ -19,10 +24,15 @@ from typing import Any, Literal
 
 import yaml
 
-from pods_bench.engines.base import SamplingConfig  # sampling.seed: None -> derived from `seed`
+from pods_bench.engines.base import SamplingConfig, check_distribution  # sampling.seed: None -> derived from `seed`
 from pods_bench.errors import PodsBenchError
 from pods_bench.models import TinyModelConfig
 from pods_bench.rewards import RewardConfig
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise PodsBenchError(message)
 
 
 @dataclass
@@ -52,12 +62,28 @@ class TaskConfig:
     # truncation at the first "}" (\frac{1}{2} -> \frac{1}: 1,728 of 7,500 train problems never score)
     math_gold: Literal["balanced", "released"] = "balanced"
 
+    def __post_init__(self):
+        _require(self.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
+        _require(self.math_gold == "balanced" or self.name == "math", f"config key task.math_gold: 'released' applies to task math only, not {self.name!r}")
+        _require(self.limit is None or self.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
+
 
 @dataclass
 class EngineConfig:
     name: str = "hf"
     max_batch: int = 256  # hf: sequences per generate call (prompts x samples are chunked to this)
-    options: dict[str, Any] = field(default_factory=dict)  # engine-specific (vllm: gpu_memory_utilization, ...)
+    # engine-specific; vllm: the fields of VLLMEngineConfig (pods_bench/engines/vllm.py), vllm.EngineArgs
+    # fields under llm_kwargs. Kept as given (run.json records what was set, not every default).
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        _require(self.max_batch >= 1, "config key engine.max_batch must be >= 1")
+        # Other engines take no options and ignore them: a vllm recipe switched to hf (tests, CPU
+        # runs) keeps its vllm options.
+        if self.name == "vllm":
+            from pods_bench.engines.vllm import VLLMEngineConfig  # does not import vllm itself
+
+            VLLMEngineConfig.from_options(self.options)
 
 
 @dataclass
@@ -71,6 +97,12 @@ class SelectionConfig:
     groups_per_prompt: int = 1
     filter_uniform_groups: bool = False  # DAPO: drop prompts whose n rewards are all equal
     scale_advantage_by_std: bool = True  # GRPO's (r - mean) / (std + eps); False: r - mean (Dr. GRPO)
+
+    def __post_init__(self):
+        _require(self.n >= 2, f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {self.n}")
+        _require(self.groups_per_prompt >= 1, f"config key selection.groups_per_prompt must be >= 1, got {self.groups_per_prompt}")
+        _require(self.m <= self.n, f"config key selection.m ({self.m}) must be <= selection.n ({self.n})")
+        _require(self.m >= 2, f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {self.m}")
 
 
 @dataclass
@@ -87,6 +119,10 @@ class LossConfig:
     # or from the raw logits (TRL 0.14, as the paper's single-GPU runs did)
     divide_logits_by_temperature: bool = True
 
+    def __post_init__(self):
+        _require(self.clip_eps > 0, "config key loss.clip_eps must be > 0")
+        _require(self.beta >= 0, "config key loss.beta must be >= 0")
+
 
 @dataclass
 class OptimConfig:
@@ -102,6 +138,13 @@ class OptimConfig:
     # ZeroRedundancyOptimizer); the update is the same as unsharded AdamW (tests/test_sharded_optimizer.py)
     shard_optimizer_state: bool = False
 
+    def __post_init__(self):
+        _require(self.lr > 0, "config key optim.lr must be > 0")
+        _require(self.micro_batch_size >= 1, "config key optim.micro_batch_size must be >= 1")
+        _require(self.updates_per_batch >= 1, "config key optim.updates_per_batch must be >= 1")
+        _require(self.warmup_steps >= 0, "config key optim.warmup_steps must be >= 0")
+        _require(self.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")
+
 
 @dataclass
 class LoraConfig:
@@ -110,6 +153,9 @@ class LoraConfig:
     alpha: int = 32
     dropout: float = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def __post_init__(self):
+        _require(not self.enabled or self.r >= 1, "config key lora.r must be >= 1")
 
 
 @dataclass
@@ -120,6 +166,13 @@ class BudgetConfig:
     # also a checkpoint every this many steps (None: by clock only); a step schedule makes two runs'
     # checkpoints (and so their evaluation records) comparable record by record
     checkpoint_every_steps: int | None = None
+
+    def __post_init__(self):
+        # "set max_train_time_s or max_steps" is validate's: the default leaves both unset
+        _require(self.max_train_time_s is None or self.max_train_time_s > 0, "config key budget.max_train_time_s must be > 0")
+        _require(self.max_steps is None or self.max_steps >= 0, "config key budget.max_steps must be >= 0")
+        _require(self.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
+        _require(self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 1, "config key budget.checkpoint_every_steps must be >= 1 (or null)")
 
 
 @dataclass
@@ -142,6 +195,13 @@ class EvalConfig:
     inline: bool = True  # evaluate each checkpoint during training (clock paused)
     keep_checkpoints: Literal["all", "last"] = "all"  # "last": delete evaluated checkpoints but the newest
 
+    def __post_init__(self):
+        _require(self.n_problems is None or self.n_problems >= 1, "config key eval.n_problems must be >= 1 (or null for all)")
+        _require(self.repeats >= 1, "config key eval.repeats must be >= 1")
+        _require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "config key eval.max_prompt_tokens must be >= 1 (or null for all)")
+        _require(self.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
+        check_distribution("eval", self)  # the checks SamplingConfig makes of the same parameters
+
 
 @dataclass
 class TrainConfig:
@@ -163,6 +223,12 @@ class TrainConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self):
+        _require(self.seed >= 0, f"config key seed must be >= 0, got {self.seed}")
+        _require(self.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
+        # SamplingConfig allows greedy (evaluation samples with it too); training rollouts may not be
+        _require(self.sampling.temperature > 0, "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)")
 
     @property
     def run_dir(self) -> Path:
@@ -262,8 +328,15 @@ def _from_dict(cls, data, key: str = ""):
         kwargs[name] = _coerce(hints[name], value, prefix + name)
     try:
         return cls(**kwargs)
-    except PodsBenchError as e:  # a nested config's own checks (e.g. RewardConfig)
-        raise PodsBenchError(f"config key {key or '<root>'}: {e}") from None
+    except PodsBenchError as e:  # a section's own checks in __post_init__
+        if str(e).startswith(("config key ", "unknown config key ")):  # already names its key in full
+            raise
+        raise PodsBenchError(f"config key {key or '<root>'}: {e}") from None  # e.g. RewardConfig's
+
+
+def section_from_dict(cls, data, key: str):
+    """A `cls` dataclass from plain `data`, typed and checked like the config section at `key`."""
+    return _from_dict(cls, data, key)
 
 
 def _field_type(path: str):
@@ -341,61 +414,30 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Tr
 # --- validation ------------------------------------------------------------------------------
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise PodsBenchError(message)
-
-
 def validate(cfg: TrainConfig) -> None:
-    """Cross-field checks and registry lookups; the first problem found is raised."""
+    """Checks across sections, registry lookups, and a budget; the first problem found is raised.
+    (Each section has checked its own fields when it was built.)"""
     import torch
 
     from pods_bench.engines import ENGINES
     from pods_bench.selection import SELECTION_RULES, select
     from pods_bench.tasks import get_task
+    from pods_bench.tasks.prompts import PROMPT_STYLES
 
-    _require(cfg.seed >= 0, f"config key seed must be >= 0, got {cfg.seed}")
     s = cfg.selection
     _require(s.rule in SELECTION_RULES, f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}")
-    _require(s.n >= 2, f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {s.n}")
-    _require(s.groups_per_prompt >= 1, f"config key selection.groups_per_prompt must be >= 1, got {s.groups_per_prompt}")
-    _require(s.m <= s.n, f"config key selection.m ({s.m}) must be <= selection.n ({s.n})")
-    _require(s.m >= 2, f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {s.m}")
     try:  # the rule's own constraints (e.g. "all" needs m == n)
         select(s.rule, torch.zeros(1, s.n), s.m)
     except PodsBenchError as e:
         raise PodsBenchError(f"config key selection.m: {e}") from None
     _require(cfg.engine.name in ENGINES, f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}")
-    _require(cfg.engine.max_batch >= 1, "config key engine.max_batch must be >= 1")
     for key, name in [("task.name", cfg.task.name)] + [(f"eval.benchmarks[{i}]", b) for i, b in enumerate(cfg.eval.benchmarks)]:
         try:
             get_task(name)
         except PodsBenchError as e:
             raise PodsBenchError(f"config key {key}: {e}") from None
-    from pods_bench.tasks.prompts import PROMPT_STYLES
-
     _require(cfg.task.prompt_style in PROMPT_STYLES, f"config key task.prompt_style: unknown style {cfg.task.prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}")
-    _require(cfg.task.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
-    _require(cfg.task.math_gold == "balanced" or cfg.task.name == "math", f"config key task.math_gold: 'released' applies to task math only, not {cfg.task.name!r}")
-    _require(cfg.task.limit is None or cfg.task.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
-    _require(cfg.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
-    _require(cfg.sampling.temperature > 0, "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)")
-    _require(0 < cfg.sampling.top_p <= 1, "config key sampling.top_p must be in (0, 1]")
-    _require(cfg.sampling.max_new_tokens >= 1, "config key sampling.max_new_tokens must be >= 1")
-    for section, sampling in (("sampling", cfg.sampling), ("eval", cfg.eval)):
-        _require(sampling.top_k >= 0, f"config key {section}.top_k must be >= 0 (0: no top-k)")
-        _require(0 <= sampling.min_p < 1, f"config key {section}.min_p must be in [0, 1)")
-        _require(sampling.repetition_penalty > 0, f"config key {section}.repetition_penalty must be > 0 (1: none)")
-    _require(cfg.loss.clip_eps > 0, "config key loss.clip_eps must be > 0")
-    _require(cfg.loss.beta >= 0, "config key loss.beta must be >= 0")
-    o = cfg.optim
-    _require(o.lr > 0, "config key optim.lr must be > 0")
-    _require(o.micro_batch_size >= 1, "config key optim.micro_batch_size must be >= 1")
-    _require(o.updates_per_batch >= 1, "config key optim.updates_per_batch must be >= 1")
-    _require(o.warmup_steps >= 0, "config key optim.warmup_steps must be >= 0")
-    _require(o.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")
-    _require(o.schedule != "cosine" or cfg.budget.max_steps is not None, "config key optim.schedule: cosine decays over budget.max_steps, which is not set")
-    _require(not cfg.lora.enabled or cfg.lora.r >= 1, "config key lora.r must be >= 1")
+    _require(cfg.optim.schedule != "cosine" or cfg.budget.max_steps is not None, "config key optim.schedule: cosine decays over budget.max_steps, which is not set")
     _require(
         cfg.lora.enabled or cfg.model.dtype == "float32",
         f"config key model.dtype: full fine-tuning keeps float32 master weights (AdamW steps of ~lr round away "
@@ -403,14 +445,3 @@ def validate(cfg: TrainConfig) -> None:
     )
     b = cfg.budget
     _require(b.max_train_time_s is not None or b.max_steps is not None, "config key budget: set max_train_time_s or max_steps")
-    _require(b.max_train_time_s is None or b.max_train_time_s > 0, "config key budget.max_train_time_s must be > 0")
-    _require(b.max_steps is None or b.max_steps >= 0, "config key budget.max_steps must be >= 0")
-    _require(b.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
-    _require(b.checkpoint_every_steps is None or b.checkpoint_every_steps >= 1, "config key budget.checkpoint_every_steps must be >= 1 (or null)")
-    e = cfg.eval
-    _require(e.n_problems is None or e.n_problems >= 1, "config key eval.n_problems must be >= 1 (or null for all)")
-    _require(e.repeats >= 1, "config key eval.repeats must be >= 1")
-    _require(e.max_prompt_tokens is None or e.max_prompt_tokens >= 1, "config key eval.max_prompt_tokens must be >= 1 (or null for all)")
-    _require(e.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
-    _require(0 < e.top_p <= 1, "config key eval.top_p must be in (0, 1]")
-    _require(e.max_new_tokens >= 1, "config key eval.max_new_tokens must be >= 1")

@@ -205,6 +205,14 @@ CASES = [
          "choose from max_variance, max_reward, random, all, max_abs_advantage", NO_RUN),
     Case("unknown engine", train_config(), TRAIN + " --set engine.name=tgi",
          "pods-bench: error: config key engine.name: unknown engine 'tgi'; choose from hf, vllm", NO_RUN),
+    Case("misspelt vLLM engine option", train_config(engine={"name": "vllm", "options": {"gpu_memory_utilisation": 0.5}}),
+         TRAIN, "pods-bench: error: unknown config key engine.options.gpu_memory_utilisation "
+         "(did you mean engine.options.gpu_memory_utilization?)", NO_RUN),
+    Case("vllm.EngineArgs field as an engine option",
+         train_config(engine={"name": "vllm", "options": {"max_num_batched_tokens": 128}}), TRAIN,
+         "pods-bench: error: unknown config key engine.options.max_num_batched_tokens (allowed here: cache_dir, "
+         "cpu_kv_cache_gib, dtype, enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, "
+         "max_model_len, max_num_seqs; other vllm.EngineArgs fields go under engine.options.llm_kwargs)", NO_RUN),
     Case("unknown task", train_config(), TRAIN + " --set task.name=gsm9k",
          "pods-bench: error: config key task.name: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
          NO_RUN),

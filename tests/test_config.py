@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from pods_bench.config import TrainConfig, config_from_dict, load_config
+from pods_bench.config import BudgetConfig, EvalConfig, SelectionConfig, TrainConfig, config_from_dict, load_config
+from pods_bench.engines.base import SamplingConfig
 from pods_bench.errors import PodsBenchError
 
 BASE = {"task": {"name": "arith"}, "eval": {"benchmarks": ["arith"]}, "budget": {"max_steps": 5}}
@@ -87,6 +88,55 @@ def test_bad_values_are_one_line_errors_naming_the_key(overrides, message):
         config_from_dict(BASE, overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+VLLM = ["engine.name=vllm"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (VLLM + ["engine.options={gpu_memory_utilisation: 0.5}"],
+         "unknown config key engine.options.gpu_memory_utilisation (did you mean engine.options.gpu_memory_utilization?)"),
+        # a vllm.EngineArgs field that is not an option of its own goes under llm_kwargs
+        (VLLM + ["engine.options={max_num_batched_tokens: 128}"],
+         "unknown config key engine.options.max_num_batched_tokens (allowed here: cache_dir, cpu_kv_cache_gib, dtype, "
+         "enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, max_model_len, max_num_seqs; "
+         "other vllm.EngineArgs fields go under engine.options.llm_kwargs)"),
+        (VLLM + ["engine.options={gpu_memory_utilization: half}"],
+         "config key engine.options.gpu_memory_utilization must be float, got 'half'"),
+        (VLLM + ["engine.options={llm_kwargs: 128}"], "config key engine.options.llm_kwargs must be a mapping, got 128"),
+    ],
+)
+def test_vllm_options_are_checked_at_load(overrides, message):
+    with pytest.raises(PodsBenchError) as err:
+        config_from_dict(BASE, overrides)
+    assert str(err.value) == message
+
+
+def test_vllm_options_as_given_and_ignored_by_other_engines():
+    options = {"gpu_memory_utilization": 0.5, "llm_kwargs": {"max_num_batched_tokens": 128}}
+    cfg = config_from_dict({**BASE, "engine": {"name": "vllm", "options": options}})
+    assert cfg.engine.options == options  # run.json records what was set
+    # a vllm recipe switched to hf (as tests and CPU runs do) keeps its options, unused
+    hf = config_from_dict({**BASE, "engine": {"name": "hf", "options": {"block_size": 16}}})
+    assert hf.engine.options == {"block_size": 16}
+
+
+def test_sections_check_their_own_fields_wherever_they_are_built():
+    """The same one-line error from code as from a config file; validate() adds only what spans sections."""
+    for build, message in [
+        (lambda: SelectionConfig(n=4, m=8), "config key selection.m (8) must be <= selection.n (4)"),
+        (lambda: EvalConfig(repeats=0), "config key eval.repeats must be >= 1"),
+        (lambda: SamplingConfig(top_p=0.0), "config key sampling.top_p must be in (0, 1]"),
+        (lambda: TrainConfig(seed=-1), "config key seed must be >= 0, got -1"),
+    ]:
+        with pytest.raises(PodsBenchError) as err:
+            build()
+        assert str(err.value) == message
+    # left to validate(): a run's budget (the default has none) and checks across sections
+    assert TrainConfig().budget == BudgetConfig()
+    assert SamplingConfig(temperature=0.0).temperature == 0.0  # greedy: evaluation samples with it
 
 
 def test_bad_files(tmp_path):

@@ -27,7 +27,7 @@ requires_vllm = pytest.mark.skipif(
 QUESTIONS = ["What is 2+3?", "What is 7*6?", "Name a prime.", "What is 10-4?"]
 N = 4
 SAMPLING = SamplingConfig(temperature=0.7, top_p=1.0, max_new_tokens=24, seed=123)
-ENGINE_OPTIONS = {"max_model_len": 256, "max_num_seqs": 16, "max_num_batched_tokens": 128}
+ENGINE_OPTIONS = {"max_model_len": 256, "max_num_seqs": 16, "llm_kwargs": {"max_num_batched_tokens": 128}}
 TOLERANCE = 1e-4  # float32 on both sides; the differences seen are ~1e-6
 
 
@@ -117,10 +117,31 @@ def test_multiprocess_engine_core_is_refused(monkeypatch, tokenizer):
         VLLMEngine("unused", tokenizer, {}, seed=0)
 
 
-def test_options_split_into_config_and_llm_kwargs():
-    config = VLLMEngineConfig.from_options({"max_model_len": 128, "dtype": "float32", "block_size": 16})
+def test_options_are_typed_and_other_engine_args_go_under_llm_kwargs():
+    config = VLLMEngineConfig.from_options({"max_model_len": 128, "dtype": "float32", "llm_kwargs": {"block_size": 16}})
     assert (config.max_model_len, config.dtype, config.llm_kwargs) == (128, "float32", {"block_size": 16})
+    assert VLLMEngineConfig.from_options({"gpu_memory_utilization": 1}).gpu_memory_utilization == 1.0
     assert VLLMEngineConfig.from_options(None) == VLLMEngineConfig()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"gpu_memory_utilisation": 0.5},
+         "unknown config key engine.options.gpu_memory_utilisation (did you mean engine.options.gpu_memory_utilization?)"),
+        # an EngineArgs field as an option: pointed to llm_kwargs, not to a look-alike (kv_cache_dtype -> cache_dir)
+        ({"kv_cache_dtype": "fp8"},
+         "unknown config key engine.options.kv_cache_dtype (allowed here: cache_dir, cpu_kv_cache_gib, dtype, "
+         "enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, max_model_len, max_num_seqs; "
+         "other vllm.EngineArgs fields go under engine.options.llm_kwargs)"),
+        ({"max_num_seqs": "many"}, "config key engine.options.max_num_seqs must be int, got 'many'"),
+        ({"llm_kwargs": ["block_size"]}, "config key engine.options.llm_kwargs must be a mapping, got ['block_size']"),
+    ],
+)
+def test_bad_options_are_one_line_errors_naming_the_key(options, message):
+    with pytest.raises(PodsBenchError) as err:
+        VLLMEngineConfig.from_options(options)
+    assert str(err.value) == message
 
 
 def test_export_weights_merges_lora_under_base_names(model):
@@ -233,8 +254,8 @@ def test_sync_weights_merges_lora(engine, model, prompts):
 @requires_vllm
 @pytest.mark.vllm
 def test_close_frees_the_engine(engine, model, tokenizer, prompts, tmp_path):
-    with pytest.raises(PodsBenchError, match="not_an_option"):
-        VLLMEngine(str(tmp_path), tokenizer, {"not_an_option": 1}, seed=0)
+    with pytest.raises(PodsBenchError, match=r"unknown vllm engine option\(s\) \['not_an_option'\]"):
+        VLLMEngine(str(tmp_path), tokenizer, {"llm_kwargs": {"not_an_option": 1}}, seed=0)
     with pytest.raises(PodsBenchError, match="does-not-exist"):
         VLLMEngine(str(tmp_path / "does-not-exist"), tokenizer, {}, seed=0)
 

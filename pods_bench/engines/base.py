@@ -11,6 +11,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from pods_bench.errors import PodsBenchError
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -27,6 +29,25 @@ class SamplingConfig:
     max_new_tokens: int = 64
     # Per-call seed: the engine seeds its sampler with it, so a (config, seed, step) reproduces.
     seed: int | None = None
+
+    def __post_init__(self):
+        # The config's `sampling` section. Temperature 0 (greedy) is a valid distribution here:
+        # evaluation samples with it; the trainer refuses it for its rollouts (pods_bench.config).
+        check_distribution("sampling", self)
+
+
+def check_distribution(section: str, params) -> None:
+    """Checks of the truncation and length parameters of `params`: a SamplingConfig, or another config
+    section with the same fields (eval). Each error is one line naming the key in `section`."""
+    for ok, message in [
+        (0 < params.top_p <= 1, "top_p must be in (0, 1]"),
+        (params.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+        (params.top_k >= 0, "top_k must be >= 0 (0: no top-k)"),
+        (0 <= params.min_p < 1, "min_p must be in [0, 1)"),
+        (params.repetition_penalty > 0, "repetition_penalty must be > 0 (1: none)"),
+    ]:
+        if not ok:
+            raise PodsBenchError(f"config key {section}.{message}")
 
 
 @dataclass

@@ -17,15 +17,18 @@ On CPU the KV cache gets `cpu_kv_cache_gib` GiB (vLLM's `VLLM_CPU_KVCACHE_SPACE`
 from __future__ import annotations
 
 import contextlib
+import difflib
 import gc
 import logging
 import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
+from pods_bench.config import section_from_dict
 from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
 
@@ -36,7 +39,8 @@ VLLM_MISSING = (
 
 @dataclass
 class VLLMEngineConfig:
-    """Options of the vLLM engine. Keys of an options dict that are not fields here go to `llm_kwargs`."""
+    """Options of the vLLM engine: the config's `engine.options` when `engine.name` is vllm, checked
+    when the config is loaded. Any other vllm.EngineArgs field goes under `llm_kwargs`."""
 
     # None: the dtype the checkpoint was saved in (vLLM's "auto" would sample a float32 model in
     # bfloat16); sampling in the trainer's dtype keeps the sampling log-probs equal to the trainer's.
@@ -48,17 +52,26 @@ class VLLMEngineConfig:
     enable_prefix_caching: bool = True  # the n samples of a prompt share its KV cache
     cpu_kv_cache_gib: float = 1.0  # CPU only: KV cache size
     cache_dir: str | None = None  # VLLM_CACHE_ROOT; None: <temp dir>/pods-bench-vllm
-    llm_kwargs: dict = field(default_factory=dict)  # passed through to vllm.LLM (vllm.EngineArgs fields)
+    # passed through to vllm.LLM; keys are checked against vllm.EngineArgs when the engine starts
+    # (checking them at load would import vllm, seconds, and only where it is installed)
+    llm_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_options(cls, options: dict | VLLMEngineConfig | None) -> VLLMEngineConfig:
+    def from_options(cls, options: dict | VLLMEngineConfig | None, key: str = "engine.options") -> VLLMEngineConfig:
+        """The typed options of mapping `options` (config key `key`): values typed by field, and a key
+        that is not a field is a one-line error naming it, as every config key."""
         if isinstance(options, cls):
             return options
-        options = dict(options or {})
-        known = {f.name for f in fields(cls)}
-        config = cls(**{k: v for k, v in options.items() if k in known})
-        config.llm_kwargs = {**config.llm_kwargs, **{k: v for k, v in options.items() if k not in known}}
-        return config
+        names = sorted(f.name for f in fields(cls))
+        for name in options if isinstance(options, dict) else ():
+            if name not in names:
+                # a stricter cutoff than difflib's 0.6: an EngineArgs field such as kv_cache_dtype
+                # belongs in llm_kwargs, not in a look-alike (cache_dir)
+                close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.8)
+                hint = (f"did you mean {key}.{close[0]}?" if close else
+                        f"allowed here: {', '.join(names)}; other vllm.EngineArgs fields go under {key}.llm_kwargs")
+                raise PodsBenchError(f"unknown config key {key}.{name} ({hint})")
+        return section_from_dict(cls, options, key)
 
 
 def _prepare_environment(config: VLLMEngineConfig) -> None:
