@@ -28,8 +28,7 @@ import torch
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
 from pods_bench.io import atomic_write_json
-
-CHECKPOINTS = "checkpoints"
+from pods_bench.run_dir import CHECKPOINTS
 _NAME = re.compile(r"^step-(\d{6,})$")
 
 
@@ -173,20 +172,12 @@ def set_rng_state(state: dict, selection_generator: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(
-    run_dir: str | Path,
-    step: int,
-    train_time_s: float,
-    data_cursor: int,
-    model,
-    tokenizer,
-    optimizer,
-    scheduler,
-    selection_generator: torch.Generator,
-    accelerator,
-) -> Path:
-    """Write a checkpoint atomically; a collective call (every process writes its rank file)."""
-    final = Path(run_dir) / CHECKPOINTS / checkpoint_name(step)
+def save_checkpoint(run_dir: str | Path, progress: dict, learner, tokenizer, selection_generator: torch.Generator) -> Path:
+    """Write a checkpoint atomically; a collective call (every process writes its rank file).
+    `progress`: step, train_time_s (the training clock) and data_cursor; `learner`: the trainer's
+    policy, optimizer, scheduler and accelerator (pods_bench.train.Learner)."""
+    model, optimizer, scheduler, accelerator = learner.policy, learner.optimizer, learner.scheduler, learner.accelerator
+    final = Path(run_dir) / CHECKPOINTS / checkpoint_name(progress["step"])
     tmp = final.with_name(f".tmp-{final.name}")
     rank = accelerator.process_index
     if accelerator.is_main_process:
@@ -206,9 +197,9 @@ def save_checkpoint(
     if accelerator.is_main_process:
         state = {
             "checkpoint": final.name,
-            "step": step,
-            "train_time_s": train_time_s,
-            "data_cursor": data_cursor,
+            "step": progress["step"],
+            "train_time_s": progress["train_time_s"],
+            "data_cursor": progress["data_cursor"],
             "world_size": accelerator.num_processes,
             "params_sha256": sha,
         }
@@ -218,8 +209,9 @@ def save_checkpoint(
     return final
 
 
-def load_training_state(checkpoint: Path, optimizer, scheduler, selection_generator, accelerator) -> dict:
+def load_training_state(checkpoint: Path, learner, selection_generator) -> dict:
     """Restore optimizer, scheduler and this process's RNG states; returns state.json."""
+    optimizer, scheduler, accelerator = learner.optimizer, learner.scheduler, learner.accelerator
     state = read_state(checkpoint)
     if state["world_size"] != accelerator.num_processes:
         raise PodsBenchError(

@@ -23,9 +23,8 @@ from pods_bench.engines.base import RolloutEngine, SamplingConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, read_jsonl
-
-EVAL_LOG = "eval.jsonl"
-EVAL_LOCK = ".eval.lock"  # held while eval.jsonl is checked and changed
+from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, read_run_json
+from pods_bench.tasks.prompts import render_prompts
 
 
 @dataclass
@@ -33,13 +32,6 @@ class Benchmark:
     name: str
     problems: list  # list[pods_bench.tasks.Problem]
     prompts: list[str]
-
-
-def render_prompts(problems, tokenizer, task_cfg) -> list[str]:
-    """Prompts exactly as the trainer renders them (the task config's style and system prompt)."""
-    from pods_bench.tasks.prompts import build_prompt
-
-    return [build_prompt(p, tokenizer, style=task_cfg.prompt_style, system_prompt=task_cfg.system_prompt) for p in problems]
 
 
 def load_benchmarks(cfg, tokenizer) -> list[Benchmark]:
@@ -180,7 +172,6 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
     from pods_bench.config import config_from_dict
     from pods_bench.engines import make_engine
     from pods_bench.rewards import RewardFunction
-    from pods_bench.train import read_run_json
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bar for every checkpoint in the job log
     run_dir = Path(run_dir)

@@ -31,44 +31,27 @@ import json
 import math
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from pods_bench import checkpoint as ckpt
+from pods_bench import run_dir as run_folder
 from pods_bench.config import TrainConfig
-from pods_bench.experiment import flatten
 from pods_bench.errors import PodsBenchError
-from pods_bench.evaluate import EVAL_LOCK, EVAL_LOG, evaluate_missing, load_benchmarks, render_prompts
+from pods_bench.evaluate import evaluate_missing, load_benchmarks
+from pods_bench.experiment import flatten
 from pods_bench.failpoints import failpoint
-from pods_bench.io import append_jsonl, atomic_write_json, locked, remove_temporaries, truncate_jsonl
+from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
+from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, phase_field
+from pods_bench.tasks.prompts import render_prompts
 
-TRAIN_LOG = "train_log.jsonl"
-TRAIN_LOCK = ".train.lock"  # held by the training process for the whole run
-RUN_JSON = "run.json"
-PHASES = ("gen", "reward", "select", "update", "sync")
 # Config keys that may change when a run is resumed (e.g. a larger budget); anything else must match.
 RESUMABLE_CHANGES = ("budget.", "eval.", "reward.workers")
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def read_run_json(run_dir: str | Path) -> dict:
-    path = Path(run_dir) / RUN_JSON
-    if not path.is_file():
-        raise PodsBenchError(f"{run_dir} is not a run folder (no {RUN_JSON})")
-    try:
-        run = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PodsBenchError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(run, dict) or not isinstance(run.get("config"), dict):
-        raise PodsBenchError(f"{path} has no config mapping (not written by pods-bench train?)")
-    return run
 
 
 # --- training prompts ----------------------------------------------------------------------------
@@ -223,13 +206,14 @@ def normaliser(aggregation: str, n_seqs: float, n_tokens: float, n_micro: float)
 # --- processes -----------------------------------------------------------------------------------
 
 
-def all_reduce(values: list[float], accelerator, op: str = "sum") -> list[float]:
-    """Sum or max of a few numbers over all processes (identity with one process)."""
-    t = torch.tensor(values, dtype=torch.float64, device=accelerator.device)
+def all_reduce(values: dict[str, float], accelerator, op: str = "sum") -> dict[str, float]:
+    """Sum or max of a few named numbers over all processes (identity with one process). Every
+    process passes the same names in the same order."""
+    t = torch.tensor(list(values.values()), dtype=torch.float64, device=accelerator.device)
     if accelerator.num_processes > 1:
         reduce_op = torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX
         torch.distributed.all_reduce(t, op=reduce_op)
-    return t.tolist()
+    return dict(zip(values, t.tolist()))
 
 
 @contextmanager
@@ -242,37 +226,52 @@ def timed(times: dict, phase: str, device):
     times[phase] = times.get(phase, 0.0) + time.perf_counter() - started
 
 
+
+
 # --- the update ----------------------------------------------------------------------------------
 
 
-def update_policy(model, policy, ref_model, sequences: list[KeptRollout], cfg: TrainConfig, accelerator, optimizer, scheduler, pad_id: int) -> dict:
+@dataclass
+class Learner:
+    """What a policy update works on."""
+
+    model: Any  # forward/backward run on this (DDP-wrapped with several processes)
+    policy: Any  # the plain module: adapters, saving, the engine's weights
+    ref_model: Any  # frozen reference of the KL term; None without KL or with LoRA (adapters disabled)
+    optimizer: Any
+    scheduler: Any
+    accelerator: Any
+    pad_id: int
+
+
+def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConfig) -> dict:
     """`optim.updates_per_batch` optimizer steps on the kept sequences of this process.
 
-    The loss is normalised by the global number of sequences (or tokens) and multiplied by the
-    number of processes, because DDP averages gradients: the result is the gradient of the mean
-    over all processes' sequences, whatever their share. Every process runs the same number of
-    backward passes (padding with zero-loss passes) so the gradient all-reduce stays in step."""
+    The loss is normalised by the global number of sequences (or tokens, or micro-batches) and
+    multiplied by the number of processes, because DDP averages gradients: the result is the gradient
+    of the mean over all processes' sequences, whatever their share. Every process runs the same
+    number of backward passes (padding with zero-loss passes) so the gradient all-reduce stays in step."""
+    model, accelerator, optimizer, scheduler = learner.model, learner.accelerator, learner.optimizer, learner.scheduler
     world = accelerator.num_processes
     temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
     size = cfg.optim.micro_batch_size
-    micro = [pack(sequences[i : i + size], pad_id, accelerator.device) for i in range(0, len(sequences), size)]
-    n_seqs, n_tokens, n_micro_total = all_reduce(
-        [len(sequences), sum(len(s.completion_ids) for s in sequences), len(micro)], accelerator
-    )
-    n_micro = int(all_reduce([len(micro)], accelerator, op="max")[0])
+    micro = [pack(sequences[i : i + size], learner.pad_id, accelerator.device) for i in range(0, len(sequences), size)]
+    counts = all_reduce({"seqs": len(sequences), "tokens": sum(len(s.completion_ids) for s in sequences),
+                         "micro": len(micro)}, accelerator)
+    n_micro = int(all_reduce({"micro": len(micro)}, accelerator, op="max")["micro"])
     stats = {"loss": 0.0, "grad_norm": 0.0, "kl_sum": 0.0, "clipped": 0.0, "lr": scheduler.get_last_lr()[0]}
-    if n_seqs == 0:  # every prompt filtered out on every process: nothing to learn from
+    if counts["seqs"] == 0:  # every prompt filtered out on every process: nothing to learn from
         return stats
-    divide_by = normaliser(cfg.loss.aggregation, n_seqs, n_tokens, n_micro_total) / world
+    divide_by = normaliser(cfg.loss.aggregation, counts["seqs"], counts["tokens"], counts["micro"]) / world
     model.train()
-    beta = cfg.loss.beta
-    ref_logps = [reference_logprobs(policy, ref_model, b, temperature) for b in micro] if beta > 0 else None
+    beta, updates = cfg.loss.beta, cfg.optim.updates_per_batch
+    ref_logps = [reference_logprobs(learner.policy, learner.ref_model, b, temperature) for b in micro] if beta > 0 else None
     old_logps = None
-    if cfg.optim.updates_per_batch > 1:  # pi_old stays fixed while the policy takes several steps
+    if updates > 1:  # pi_old stays fixed while the policy takes several steps
         with torch.no_grad():
             old_logps = [completion_logprobs(model, b, temperature) for b in micro]
     params = [p for p in model.parameters() if p.requires_grad]
-    for update in range(cfg.optim.updates_per_batch):
+    for update in range(updates):
         stats["lr"] = scheduler.get_last_lr()[0]
         for i in range(n_micro):
             last = i == n_micro - 1
@@ -288,16 +287,16 @@ def update_policy(model, policy, ref_model, sequences: list[KeptRollout], cfg: T
                     )
                     loss = aggregate(per_token, b["completion_mask"], cfg.loss.aggregation) / divide_by
                     mask = b["completion_mask"]
-                    stats["loss"] += loss.item() / world / cfg.optim.updates_per_batch
-                    stats["clipped"] += float(clipped[mask].sum()) / cfg.optim.updates_per_batch
+                    stats["loss"] += loss.item() / world / updates
+                    stats["clipped"] += float(clipped[mask].sum()) / updates
                     if kl is not None and update == 0:
                         stats["kl_sum"] += float(kl.detach()[mask].sum())
                 else:  # this process has no sequences left: a zero-loss pass keeps DDP in step
-                    dummy = torch.full((1, 1), pad_id, device=accelerator.device)
+                    dummy = torch.full((1, 1), learner.pad_id, device=accelerator.device)
                     loss = model(input_ids=dummy, use_cache=False).logits.sum() * 0.0
                 accelerator.backward(loss)
         grad_norm = accelerator.clip_grad_norm_(params, cfg.optim.max_grad_norm)
-        stats["grad_norm"] += float(grad_norm) / cfg.optim.updates_per_batch
+        stats["grad_norm"] += float(grad_norm) / updates
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -320,7 +319,141 @@ def make_optimizer(model, cfg: TrainConfig, world: int):
     return torch.optim.AdamW(params, **kwargs)
 
 
-# --- run folder ----------------------------------------------------------------------------------
+def make_learner(cfg: TrainConfig, accelerator, resume_from: Path | None):
+    """(learner, tokenizer): the policy (from the checkpoint when resuming), its reference, optimizer
+    and lr schedule, placed by accelerate (DDP with several processes)."""
+    from accelerate.utils import set_seed
+    from transformers import get_scheduler
+
+    set_seed(cfg.seed)  # the same initial weights (e.g. LoRA's) on every process
+    policy, tokenizer = ckpt.load_policy(cfg, resume_from)
+    set_seed(derived_seed(cfg.seed, accelerator.process_index))  # from here on dropout differs per process
+    ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 else None
+    model = accelerator.prepare(policy)
+    policy = accelerator.unwrap_model(model)
+    if ref_model is not None:
+        ref_model.to(accelerator.device)
+    optimizer = make_optimizer(model, cfg, accelerator.num_processes)
+    scheduler = get_scheduler(
+        "constant_with_warmup" if cfg.optim.schedule == "constant" else "cosine",
+        optimizer,
+        num_warmup_steps=cfg.optim.warmup_steps,
+        num_training_steps=(cfg.budget.max_steps or 0) * cfg.optim.updates_per_batch,
+    )
+    return Learner(model, policy, ref_model, optimizer, scheduler, accelerator, tokenizer.pad_token_id), tokenizer
+
+
+# --- one step's pieces ---------------------------------------------------------------------------
+
+
+@dataclass
+class Kept:
+    """Steps 4-5 of a step: which groups and rollouts train, with their advantages."""
+
+    sequences: list[KeptRollout]
+    rewards: torch.Tensor  # (kept groups, m) rewards of the kept rollouts
+    informative: torch.Tensor  # (groups,) whether a group's n rewards are not all equal
+    groups: int  # groups kept (after the optional DAPO filter)
+
+
+def keep_rollouts(rewards: torch.Tensor, rollouts, cfg: TrainConfig, generator: torch.Generator) -> Kept:
+    """Optionally drop all-equal groups (DAPO), keep m of each group's n by the selection rule, and
+    normalise advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps)."""
+    from pods_bench.selection import group_advantages, nonuniform_groups, select
+
+    m = cfg.selection.m
+    informative = nonuniform_groups(rewards)
+    keep = informative if cfg.selection.filter_uniform_groups else torch.ones(len(rewards), dtype=torch.bool)
+    kept_groups = keep.nonzero().squeeze(1).tolist()
+    sequences, kept_rewards = [], torch.zeros(0, m, dtype=torch.float64)
+    if kept_groups:
+        chosen = select(cfg.selection.rule, rewards[keep], m, generator)  # (kept, m)
+        kept_rewards = rewards[keep].gather(1, chosen)
+        advantages = group_advantages(kept_rewards, scale_by_std=cfg.selection.scale_advantage_by_std)
+        for row, g in enumerate(kept_groups):
+            for j, a in zip(chosen[row].tolist(), advantages[row].tolist()):
+                sequences.append(KeptRollout(rollouts.prompt_ids[g], rollouts.completion_ids[g][j], a))
+    return Kept(sequences, kept_rewards, informative, len(kept_groups))
+
+
+def step_sums(rewards: torch.Tensor, kept: Kept, rollouts, graded, update: dict) -> dict[str, float]:
+    """This process's share of the step's statistics, as sums (all-reduced into `step_record`)."""
+    return {
+        "rollouts": rewards.numel(), "reward_sum": float(rewards.sum()), "reward_sq": float((rewards**2).sum()),
+        "kept": kept.rewards.numel(), "kept_sum": float(kept.rewards.sum()), "kept_sq": float((kept.rewards**2).sum()),
+        "zero_variance": float((~kept.informative).sum()), "groups_kept": kept.groups,
+        "generated_tokens": rollouts.generated_tokens, "trained_tokens": sum(len(s.completion_ids) for s in kept.sequences),
+        "correct": float(graded.correctness.sum()), "format": float(graded.format.sum()),
+        "reward_failures": graded.n_timeouts + graded.n_errors,
+        "loss": update["loss"], "kl_sum": update["kl_sum"], "clipped": update["clipped"],
+    }
+
+
+def _mean_std(count: float, total: float, squares: float):
+    if not count:
+        return None, None
+    mean = total / count
+    return mean, math.sqrt(max(0.0, squares / count - mean**2))
+
+
+def step_record(cfg: TrainConfig, progress: "Progress", phase_times: dict, sums: dict, update: dict) -> dict:
+    """One train_log.jsonl line (fields: docs/results-format.md) from the all-reduced sums."""
+    reward_mean, reward_std = _mean_std(sums["rollouts"], sums["reward_sum"], sums["reward_sq"])
+    kept_mean, kept_std = _mean_std(sums["kept"], sums["kept_sum"], sums["kept_sq"])
+    trained = sums["trained_tokens"]
+    return {
+        "step": progress.step,
+        "train_time_s": progress.clock,
+        **{phase_field(p): phase_times[p] for p in PHASES},
+        "prompts": cfg.prompts_per_step,
+        "groups_per_prompt": cfg.selection.groups_per_prompt,
+        "n": cfg.selection.n,
+        "m": cfg.selection.m,
+        "generated_tokens": int(sums["generated_tokens"]),
+        "trained_tokens": int(trained),
+        "reward_mean": reward_mean,
+        "reward_std": reward_std,
+        "reward_mean_kept": kept_mean,
+        "reward_std_kept": kept_std,
+        "zero_variance_frac": sums["zero_variance"] / (cfg.prompts_per_step * cfg.selection.groups_per_prompt),
+        "completion_len_mean": sums["generated_tokens"] / sums["rollouts"],
+        "loss": sums["loss"],
+        "grad_norm": update["grad_norm"],
+        "lr": update["lr"],
+        # beyond the contract's fields
+        "prompts_kept": int(sums["groups_kept"]),
+        "correctness_mean": sums["correct"] / sums["rollouts"],
+        "format_mean": sums["format"] / sums["rollouts"],
+        "kl": sums["kl_sum"] / trained if cfg.loss.beta > 0 and trained else None,
+        "clip_frac": sums["clipped"] / trained if trained else 0.0,
+        "reward_failures": int(sums["reward_failures"]),
+    }
+
+
+# --- the run folder and the budget ---------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Where a run is: steps taken, training clock, prompts handed out, and the last checkpoint's."""
+
+    step: int = 0
+    clock: float = 0.0
+    cursor: int = 0
+    checkpoint_step: int | None = None
+    checkpoint_clock: float | None = None
+
+    def checkpoint_due(self, cfg: TrainConfig) -> bool:
+        """Each time the clock passes a multiple of checkpoint_every_s (and every checkpoint_every_steps steps)."""
+        every, every_steps = cfg.budget.checkpoint_every_s, cfg.budget.checkpoint_every_steps
+        return self.clock // every > self.checkpoint_clock // every or bool(every_steps and self.step % every_steps == 0)
+
+    def budget_reached(self, cfg: TrainConfig) -> str | None:
+        if cfg.budget.max_steps is not None and self.step >= cfg.budget.max_steps:
+            return "max_steps"
+        if cfg.budget.max_train_time_s is not None and self.clock >= cfg.budget.max_train_time_s:
+            return "max_train_time_s"
+        return None
 
 
 def check_same_run(run: dict, cfg: TrainConfig) -> None:
@@ -337,29 +470,87 @@ def check_same_run(run: dict, cfg: TrainConfig) -> None:
             )
 
 
-def budget_reached(cfg: TrainConfig, step: int, clock: float) -> str | None:
-    if cfg.budget.max_steps is not None and step >= cfg.budget.max_steps:
-        return "max_steps"
-    if cfg.budget.max_train_time_s is not None and clock >= cfg.budget.max_train_time_s:
-        return "max_train_time_s"
-    return None
+def where_to_start(cfg: TrainConfig) -> tuple[dict | None, Path | None]:
+    """(previous run.json, checkpoint to resume from): both None for a fresh run. Reads only."""
+    run_dir = cfg.run_dir
+    previous = run_folder.read_run_json(run_dir) if (run_dir / RUN_JSON).is_file() else None
+    if previous is not None:
+        check_same_run(previous, cfg)
+    elif ckpt.list_checkpoints(run_dir):
+        raise PodsBenchError(f"{run_dir} holds checkpoints but no {RUN_JSON}; choose another output_dir")
+    return previous, ckpt.latest_checkpoint(run_dir) if previous is not None else None
+
+
+def open_run_folder(cfg: TrainConfig, resume_from: Path | None, step: int, lock: ExitStack) -> None:
+    """Make the run folder ours while we train (a second trainer of it stops here, `lock` holds the
+    flock) and cut its logs back to the checkpoint we resume from, so no record is lost or doubled."""
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    busy = f"{run_dir} is being trained by another process (it holds {TRAIN_LOCK}); stop it first"
+    lock.enter_context(locked(run_dir / TRAIN_LOCK, busy=busy))
+    ckpt.remove_incomplete(run_dir)
+    remove_temporaries(run_dir)
+
+    def keep(record: dict) -> bool:
+        return resume_from is not None and record["step"] <= step
+
+    truncate_jsonl(run_dir / TRAIN_LOG, keep)
+    with locked(run_dir / EVAL_LOCK):
+        truncate_jsonl(run_dir / EVAL_LOG, keep)
+
+
+def progress_bar(cfg: TrainConfig, progress: Progress, show: bool):
+    from tqdm import tqdm
+
+    by_steps = cfg.budget.max_steps is not None
+    total = cfg.budget.max_steps if by_steps else cfg.budget.max_train_time_s
+    return tqdm(total=total, initial=progress.step if by_steps else min(progress.clock, total), disable=not show,
+                unit="step" if by_steps else "s", dynamic_ncols=True,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]")
 
 
 # --- the loop ------------------------------------------------------------------------------------
 
 
+@dataclass
+class Run:
+    """Everything one training run holds while it trains."""
+
+    cfg: TrainConfig
+    learner: Learner
+    tokenizer: Any
+    problems: list
+    prompts: list[str]
+    benchmarks: list  # evaluation benchmarks (rank 0)
+    selection_generator: torch.Generator
+    progress: Progress = field(default_factory=Progress)
+    engine: Any = None
+    reward_fn: Any = None
+
+    def checkpoint_and_evaluate(self) -> None:
+        """Save (every process), then evaluate inline on rank 0; none of it counts as training."""
+        p = self.progress
+        state = {"step": p.step, "train_time_s": p.clock, "data_cursor": p.cursor}
+        path = ckpt.save_checkpoint(self.cfg.run_dir, state, self.learner, self.tokenizer, self.selection_generator)
+        p.checkpoint_step, p.checkpoint_clock = p.step, p.clock
+        self.evaluate_pending(path)
+
+    def evaluate_pending(self, checkpoint: Path) -> None:
+        accelerator = self.learner.accelerator
+        if self.cfg.eval.inline and accelerator.is_main_process:
+            evaluate_missing(self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn)
+        accelerator.wait_for_everyone()
+
+
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
     """Train (or resume) the run `cfg` describes; returns its folder."""
     from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs, set_seed
-    from tqdm import tqdm
-    from transformers import get_scheduler
+    from accelerate.utils import InitProcessGroupKwargs
     from transformers.utils import logging as hf_logging
 
     from pods_bench import run_info
     from pods_bench.engines import make_engine
     from pods_bench.rewards import RewardFunction, gold_texts
-    from pods_bench.selection import group_advantages, nonuniform_groups, select
 
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars at every checkpoint
     accelerator = Accelerator(
@@ -370,231 +561,102 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     if cfg.device == "cuda" and accelerator.device.type != "cuda":
         raise PodsBenchError("config key device is 'cuda' but no GPU is visible")
     rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
-    P, n, m, G = cfg.prompts_per_step, cfg.selection.n, cfg.selection.m, cfg.selection.groups_per_prompt
+    P, n, G = cfg.prompts_per_step, cfg.selection.n, cfg.selection.groups_per_prompt
     if P % world:
         raise PodsBenchError(f"config key prompts_per_step ({P}) must be a multiple of the number of processes ({world})")
-    P_local = P // world
-    run_dir = cfg.run_dir
 
-    # -- where to start: a fresh run, or the newest complete checkpoint of this run (read-only so far)
-    previous = read_run_json(run_dir) if (run_dir / RUN_JSON).is_file() else None
-    if previous is not None:
-        check_same_run(previous, cfg)
-    elif ckpt.list_checkpoints(run_dir):
-        raise PodsBenchError(f"{run_dir} holds checkpoints but no {RUN_JSON}; choose another output_dir")
-    resume_from = ckpt.latest_checkpoint(run_dir) if previous is not None else None
-
-    # -- model, data, engine; bad input fails here, before anything is written
-    set_seed(cfg.seed)  # the same initial weights (e.g. LoRA's) on every process
-    policy, tokenizer = ckpt.load_policy(cfg, resume_from)
-    set_seed(derived_seed(cfg.seed, rank))  # python, numpy, torch from here on: dropout differs per process
-    pad_id = tokenizer.pad_token_id
+    # -- model, data, optimizer; bad input fails here, before anything is written
+    previous, resume_from = where_to_start(cfg)
+    learner, tokenizer = make_learner(cfg, accelerator, resume_from)
     problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
     # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
     # stop the run now, not after hours of training
     benchmarks = load_benchmarks(cfg, tokenizer) if main else []
-    ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 else None
-    model = accelerator.prepare(policy)  # DDP with several processes; `policy` stays the plain module
-    policy = accelerator.unwrap_model(model)
-    if ref_model is not None:
-        ref_model.to(accelerator.device)
-    optimizer = make_optimizer(model, cfg, world)
-    scheduler = get_scheduler(
-        "constant_with_warmup" if cfg.optim.schedule == "constant" else "cosine",
-        optimizer,
-        num_warmup_steps=cfg.optim.warmup_steps,
-        num_training_steps=(cfg.budget.max_steps or 0) * cfg.optim.updates_per_batch,
-    )
     selection_generator = torch.Generator().manual_seed(derived_seed(cfg.seed, rank, 1))
-    stream = PromptStream(len(problems), cfg.seed)
-    sampling_seed = cfg.sampling.seed if cfg.sampling.seed is not None else cfg.seed
-
-    step, clock, cursor = 0, 0.0, 0
+    run = Run(cfg, learner, tokenizer, problems, prompts, benchmarks, selection_generator)
     if resume_from is not None:
-        state = ckpt.load_training_state(resume_from, optimizer, scheduler, selection_generator, accelerator)
-        step, clock, cursor = state["step"], state["train_time_s"], state["data_cursor"]
-    last_checkpoint_clock, last_checkpoint_step = (clock, step) if resume_from is not None else (None, None)
+        state = ckpt.load_training_state(resume_from, learner, selection_generator)
+        run.progress = Progress(state["step"], state["train_time_s"], state["data_cursor"], state["step"], state["train_time_s"])
+    p = run.progress
+    stream, sampling_seed = PromptStream(len(problems), cfg.seed), cfg.sampling.seed if cfg.sampling.seed is not None else cfg.seed
 
-    # -- the run folder: ours alone while we train (a second trainer of it stops here), logs cut
-    # back to the checkpoint, so no record is lost or duplicated
-    run_lock = ExitStack()
+    lock = ExitStack()
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        run_lock.enter_context(locked(run_dir / TRAIN_LOCK, busy=f"{run_dir} is being trained by another process (it holds {TRAIN_LOCK}); stop it first"))
-        ckpt.remove_incomplete(run_dir)
-        remove_temporaries(run_dir)
-        keep = lambda r: resume_from is not None and r["step"] <= step  # noqa: E731
-        truncate_jsonl(run_dir / TRAIN_LOG, keep)
-        with locked(run_dir / EVAL_LOCK):
-            truncate_jsonl(run_dir / EVAL_LOG, keep)
-        run = {
-            "experiment": cfg.experiment,
-            "arm": cfg.arm,
-            "seed": cfg.seed,
-            "config": cfg.to_dict(),
-            "versions": run_info.package_versions(),
-            "hardware": {**run_info.hardware(world), "mixed_precision": accelerator.mixed_precision},
-            "git": run_info.git_commit(),
-            "train_prompts": len(problems),
-            "train_prompts_dropped_too_long": n_dropped,
-            "started_at": previous["started_at"] if resume_from is not None else now(),
-            "resumed": previous["resumed"] + [{"at": now(), "checkpoint": resume_from.name}] if resume_from else [],
-            "finished_at": None,
-            "status": "running",
-            "stop_reason": None,
-            "step": step,
-            "train_time_s": clock,
-        }
-        atomic_write_json(run_dir / RUN_JSON, run)
+        open_run_folder(cfg, resume_from, p.step, lock)
+        hardware = {**run_info.hardware(world), "mixed_precision": accelerator.mixed_precision}
+        run_folder.start_run(cfg, previous, resume_from, p.step, p.clock, {
+            "hardware": hardware, "train_prompts": len(problems), "train_prompts_dropped_too_long": n_dropped})
     accelerator.wait_for_everyone()
 
-    engine = reward_fn = None
-
-    def checkpoint_and_evaluate() -> None:
-        """Save (every process), then evaluate inline on rank 0; none of it counts as training."""
-        nonlocal last_checkpoint_clock, last_checkpoint_step
-        path = ckpt.save_checkpoint(
-            run_dir, step, clock, cursor, policy, tokenizer, optimizer, scheduler, selection_generator, accelerator
-        )
-        last_checkpoint_clock, last_checkpoint_step = clock, step
-        evaluate_pending(path)
-
-    def evaluate_pending(path: Path) -> None:
-        if cfg.eval.inline and main:
-            evaluate_missing(run_dir, path, engine, benchmarks, cfg, reward_fn)
-        accelerator.wait_for_everyone()
-
-    bar_total = cfg.budget.max_steps if cfg.budget.max_steps is not None else cfg.budget.max_train_time_s
-    bar = tqdm(total=bar_total, initial=step if cfg.budget.max_steps is not None else min(clock, bar_total),
-               disable=not (progress and main), unit="step" if cfg.budget.max_steps is not None else "s", dynamic_ncols=True,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]")
+    bar = progress_bar(cfg, p, progress and main)
     status, stop_reason = "stopped", None
     try:
-        engine = make_engine(cfg, policy, tokenizer)
-        reward_fn = RewardFunction(cfg.reward)
+        run.engine, run.reward_fn = make_engine(cfg, learner.policy, tokenizer), RewardFunction(cfg.reward)
         # start-up is not training: start the grading processes and warm the engine up (first-call
         # allocations and kernel selection; vLLM's first log-prob request alone can take seconds)
-        reward_fn(["<answer>0</answer>"], ["0"])
-        engine.generate(prompts[:1], 2, replace(cfg.sampling, max_new_tokens=8, seed=0))
+        run.reward_fn(["<answer>0</answer>"], ["0"])
+        run.engine.generate(prompts[:1], 2, replace(cfg.sampling, max_new_tokens=8, seed=0))
         if resume_from is None:
-            checkpoint_and_evaluate()  # step 0: the start point of every curve
+            run.checkpoint_and_evaluate()  # step 0: the start point of every curve
         else:
-            evaluate_pending(resume_from)  # a crash may have come between checkpoint and evaluation
+            run.evaluate_pending(resume_from)  # a crash may have come between checkpoint and evaluation
 
-        while (stop_reason := budget_reached(cfg, step, clock)) is None:
+        while (stop_reason := p.budget_reached(cfg)) is None:
             times: dict[str, float] = {}
             # 1. prompts: this process's share of the next P, each as G independent groups of n
             # rollouts (G = selection.groups_per_prompt; 1 but in the paper's 8-GPU recipe)
-            indices = stream.take(cursor, P)[rank * P_local : (rank + 1) * P_local]
-            cursor += P
+            indices = stream.take(p.cursor, P)[rank * P // world : (rank + 1) * P // world]
+            p.cursor += P
             groups = [i for i in indices for _ in range(G)]
-            batch = [problems[i] for i in groups]
 
-            # 2. rollouts
+            # 2. rollouts: n per group
             failpoint("gen")
             with timed(times, "gen", accelerator.device):
-                sampling = replace(cfg.sampling, seed=derived_seed(sampling_seed, step, rank))
-                rollouts = engine.generate([prompts[i] for i in groups], n, sampling)
+                sampling = replace(cfg.sampling, seed=derived_seed(sampling_seed, p.step, rank))
+                rollouts = run.engine.generate([prompts[i] for i in groups], n, sampling)
 
-            # 3. rewards (P_local x G groups, n)
+            # 3. rewards (groups, n)
             with timed(times, "reward", accelerator.device):
+                golds = gold_texts([problems[i] for i in groups], cfg.reward.grading)
                 texts = [t for group in rollouts.completion_text for t in group]
-                golds = gold_texts(batch, cfg.reward.grading)
-                graded = reward_fn(texts, [g for g in golds for _ in range(n)])
+                graded = run.reward_fn(texts, [g for g in golds for _ in range(n)])
                 rewards = torch.tensor(graded.total, dtype=torch.float64).view(len(groups), n)
 
-            # 4-5. selection and advantages over the kept m
+            # 4-5. selection of m per group, advantages over the kept m
             with timed(times, "select", accelerator.device):
-                informative = nonuniform_groups(rewards)
-                keep = informative if cfg.selection.filter_uniform_groups else torch.ones(len(groups), dtype=torch.bool)
-                kept_prompts = keep.nonzero().squeeze(1).tolist()
-                sequences, kept_rewards = [], torch.zeros(0, m, dtype=torch.float64)
-                if kept_prompts:
-                    chosen = select(cfg.selection.rule, rewards[keep], m, selection_generator)  # (kept, m)
-                    kept_rewards = rewards[keep].gather(1, chosen)
-                    advantages = group_advantages(kept_rewards, scale_by_std=cfg.selection.scale_advantage_by_std)
-                    for row, p in enumerate(kept_prompts):
-                        for j, a in zip(chosen[row].tolist(), advantages[row].tolist()):
-                            sequences.append(KeptRollout(rollouts.prompt_ids[p], rollouts.completion_ids[p][j], a))
+                kept = keep_rollouts(rewards, rollouts, cfg, selection_generator)
 
             # 6. policy-gradient update
             failpoint("update")
             with timed(times, "update", accelerator.device):
-                update = update_policy(model, policy, ref_model, sequences, cfg, accelerator, optimizer, scheduler, pad_id)
+                update = update_policy(learner, kept.sequences, cfg)
 
             # 7. weight sync
             with timed(times, "sync", accelerator.device):
-                engine.sync_weights(policy)
+                run.engine.sync_weights(learner.policy)
 
-            # -- the clock and the log (every process agrees on the clock: max over processes)
-            phase_times = all_reduce([times[p] for p in PHASES] + [sum(times.values())], accelerator, op="max")
-            clock += phase_times[-1]
-            step += 1
-            totals = all_reduce(
-                [
-                    rewards.numel(), float(rewards.sum()), float((rewards.double() ** 2).sum()),
-                    kept_rewards.numel(), float(kept_rewards.sum()), float((kept_rewards.double() ** 2).sum()),
-                    float((~informative).sum()), len(kept_prompts), rollouts.generated_tokens,
-                    sum(len(s.completion_ids) for s in sequences), float(graded.correctness.sum()),
-                    float(graded.format.sum()), graded.n_timeouts + graded.n_errors,
-                    update["loss"], update["kl_sum"], update["clipped"],
-                ],
-                accelerator,
-            )
-            (n_r, s_r, s2_r, n_k, s_k, s2_k, zero_var, n_kept, gen_tokens, trained_tokens,
-             correct, fmt, reward_failures, loss, kl_sum, clipped) = totals
-            mean_std = lambda count, s, s2: (s / count, math.sqrt(max(0.0, s2 / count - (s / count) ** 2))) if count else (None, None)  # noqa: E731
-            reward_mean, reward_std = mean_std(n_r, s_r, s2_r)
-            kept_mean, kept_std = mean_std(n_k, s_k, s2_k)
-            record = {
-                "step": step,
-                "train_time_s": clock,
-                **{f"time_{p}_s": t for p, t in zip(PHASES, phase_times)},
-                "prompts": P,
-                "groups_per_prompt": G,
-                "n": n,
-                "m": m,
-                "generated_tokens": int(gen_tokens),
-                "trained_tokens": int(trained_tokens),
-                "reward_mean": reward_mean,
-                "reward_std": reward_std,
-                "reward_mean_kept": kept_mean,
-                "reward_std_kept": kept_std,
-                "zero_variance_frac": zero_var / (P * G),
-                "completion_len_mean": gen_tokens / n_r,
-                "loss": loss,
-                "grad_norm": update["grad_norm"],
-                "lr": update["lr"],
-                # beyond the contract's fields
-                "prompts_kept": int(n_kept),
-                "correctness_mean": correct / n_r,
-                "format_mean": fmt / n_r,
-                "kl": kl_sum / trained_tokens if cfg.loss.beta > 0 and trained_tokens else None,
-                "clip_frac": clipped / trained_tokens if trained_tokens else 0.0,
-                "reward_failures": int(reward_failures),
-            }
+            # -- the clock (every process agrees: the slowest one's phases) and the log
+            phase_times = all_reduce({**{ph: times[ph] for ph in PHASES}, "step": sum(times.values())}, accelerator, op="max")
+            p.clock += phase_times["step"]
+            p.step += 1
+            sums = all_reduce(step_sums(rewards, kept, rollouts, graded, update), accelerator)
+            record = step_record(cfg, p, phase_times, sums, update)
             if main:
-                append_jsonl(run_dir / TRAIN_LOG, [record])
-                bar.set_postfix(step=step, clock=f"{clock:.1f}s", reward=f"{reward_mean:.3f}", refresh=False)
-                bar.update(1 if cfg.budget.max_steps is not None else min(clock, bar_total) - bar.n)
+                append_jsonl(cfg.run_dir / TRAIN_LOG, [record])
+                bar.set_postfix(step=p.step, clock=f"{p.clock:.1f}s", reward=f"{record['reward_mean']:.3f}", refresh=False)
+                bar.update(1 if cfg.budget.max_steps is not None else min(p.clock, bar.total) - bar.n)
+            if p.checkpoint_due(cfg):
+                run.checkpoint_and_evaluate()
 
-            # -- a checkpoint each time the clock passes a multiple of checkpoint_every_s (and, if
-            # set, every checkpoint_every_steps steps)
-            every, every_steps = cfg.budget.checkpoint_every_s, cfg.budget.checkpoint_every_steps
-            if clock // every > last_checkpoint_clock // every or (every_steps and step % every_steps == 0):
-                checkpoint_and_evaluate()
-
-        if last_checkpoint_step != step:
-            checkpoint_and_evaluate()  # the end point
+        if p.checkpoint_step != p.step:
+            run.checkpoint_and_evaluate()  # the end point
         status = "finished"
     finally:
         bar.close()
-        for resource in (engine, reward_fn):
+        for resource in (run.engine, run.reward_fn):
             if resource is not None:
                 resource.close()
         if main:
-            run = read_run_json(run_dir)
-            run.update(status=status, stop_reason=stop_reason, finished_at=now(), step=step, train_time_s=clock)
-            atomic_write_json(run_dir / RUN_JSON, run)
-        run_lock.close()
-    return run_dir
+            run_folder.finish_run(cfg.run_dir, status, stop_reason, p.step, p.clock)
+        lock.close()
+    return cfg.run_dir

@@ -30,9 +30,9 @@ def test_each_group_is_selected_and_normalised_on_its_own(tmp_path, monkeypatch)
         seen["advantages"].append((rewards.clone(), out.clone()))
         return out
 
-    def spy_update(model, policy, ref, sequences, *args):
+    def spy_update(learner, sequences, cfg):
         seen["sequences"].append(sequences)
-        return real_update(model, policy, ref, sequences, *args)
+        return real_update(learner, sequences, cfg)
 
     monkeypatch.setattr(selection, "select", spy_select)
     monkeypatch.setattr(selection, "group_advantages", spy_advantages)

@@ -14,7 +14,7 @@ from pods_bench.checkpoint import load_policy
 from pods_bench.config import ModelConfig, OptimConfig, TrainConfig, config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import make_optimizer, update_policy
+from pods_bench.train import Learner, make_optimizer, update_policy
 from tests.test_train_update import make_sequences
 from tests.tiny_runs import tiny_run
 
@@ -25,7 +25,9 @@ STEPS = 3
 def share_of_weights_changed(dtype: str) -> float:
     """Three AdamW steps at lr 5e-6 under bf16 autocast; the share of matrix entries that moved."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
+    AcceleratorState._reset_state(True)  # the process-wide state may hold another test's precision
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     cfg = TrainConfig(model=ModelConfig(name="tiny", tiny=SMALL, dtype=dtype, mixed_precision="bf16"),
                       optim=OptimConfig(lr=5e-6, max_grad_norm=1e9, micro_batch_size=4))
@@ -34,10 +36,11 @@ def share_of_weights_changed(dtype: str) -> float:
     prepared = accelerator.prepare(model)
     optimizer = make_optimizer(prepared, cfg, world=1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    learner = Learner(prepared, model, None, optimizer, scheduler, accelerator, tokenizer.pad_token_id)
     for step in range(STEPS):
-        update_policy(prepared, model, None, make_sequences(8, seed=step), cfg, accelerator, optimizer, scheduler,
-                      tokenizer.pad_token_id)
+        update_policy(learner, make_sequences(8, seed=step), cfg)
     after = model.state_dict()
+    AcceleratorState._reset_state(True)
     matrices = [k for k, v in before.items() if v.dim() == 2]
     changed = sum(int((before[k] != after[k]).sum()) for k in matrices)
     return changed / sum(before[k].numel() for k in matrices)

@@ -13,7 +13,7 @@ import torch
 from pods_bench.checkpoint import load_policy, reference_model
 from pods_bench.config import LoraConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import KeptRollout, completion_logprobs, pack, policy_loss_terms, update_policy
+from pods_bench.train import KeptRollout, Learner, completion_logprobs, pack, policy_loss_terms, update_policy
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
 
@@ -49,8 +49,9 @@ def run_update(cfg, sequences, accelerator):
     ref = reference_model(cfg, model) if cfg.loss.beta > 0 else None
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    stats = update_policy(model, model, ref, sequences, cfg, accelerator, optimizer, scheduler, tokenizer.pad_token_id)
-    return model, before, stats, (ref, optimizer, scheduler, tokenizer)
+    learner = Learner(model, model, ref, optimizer, scheduler, accelerator, tokenizer.pad_token_id)
+    stats = update_policy(learner, sequences, cfg)
+    return model, before, stats, learner
 
 
 def test_loss_terms():
@@ -110,8 +111,8 @@ def test_full_fine_tuning_changes_the_weights(accelerator):
 def test_lora_trains_only_the_adapter(accelerator):
     cfg = make_cfg(lora=LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
     sequences = make_sequences()
-    model, before, _, (_, optimizer, scheduler, tokenizer) = run_update(cfg, sequences, accelerator)
-    update_policy(model, model, None, sequences, cfg, accelerator, optimizer, scheduler, tokenizer.pad_token_id)
+    model, before, _, learner = run_update(cfg, sequences, accelerator)
+    update_policy(learner, sequences, cfg)
     after = model.state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all("lora_" in k for k in changed)
@@ -128,10 +129,10 @@ def test_kl_to_the_initial_policy(lora, accelerator):
         optim=OptimConfig(lr=1e-2, max_grad_norm=1e9),
     )
     sequences = make_sequences()
-    model, _, first, (ref, optimizer, scheduler, tokenizer) = run_update(cfg, sequences, accelerator)
-    assert (ref is None) == lora  # LoRA: the reference is the base model with adapters disabled
+    model, _, first, learner = run_update(cfg, sequences, accelerator)
+    assert (learner.ref_model is None) == lora  # LoRA: the reference is the base model with adapters disabled
     assert first["kl_sum"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the first step
-    second = update_policy(model, model, ref, sequences, cfg, accelerator, optimizer, scheduler, tokenizer.pad_token_id)
+    second = update_policy(learner, sequences, cfg)
     assert second["kl_sum"] > 1e-6 and math.isfinite(second["loss"])
 
 

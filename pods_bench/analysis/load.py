@@ -15,7 +15,6 @@ run's own time.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +27,10 @@ from pods_bench.analysis.tidy import (
 )
 from pods_bench.errors import PodsBenchError
 from pods_bench.io import read_jsonl
+from pods_bench.run_dir import EVAL_LOG, PHASE_LABELS, PHASES, RUN_JSON, TRAIN_LOG, load_run_json, phase_field
 
 # train_log.jsonl field -> phase of a training step
-PHASE_FIELDS = {"time_gen_s": "generation", "time_reward_s": "rewards", "time_select_s": "selection",
-                "time_update_s": "update", "time_sync_s": "sync"}
+PHASE_FIELDS = {phase_field(p): PHASE_LABELS[p] for p in PHASES}
 # where else a config may keep the selection rule (the trainer's is config.selection.rule)
 RULE_KEYS = ("selection_rule", "rule")
 
@@ -144,13 +143,15 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
         seed = int(seed_dir.name.removeprefix("seed"))
     except ValueError:
         raise PodsBenchError("folder name is not seed<k>") from None
-    run_json = _read_run_json(seed_dir / "run.json")
-    eval_path, log_path = seed_dir / "eval.jsonl", seed_dir / "train_log.jsonl"
+    run_json = load_run_json(seed_dir / RUN_JSON)
+    if run_json is None:
+        raise PodsBenchError(f"no {RUN_JSON}")
+    eval_path, log_path = seed_dir / EVAL_LOG, seed_dir / TRAIN_LOG
     if not eval_path.exists():
-        raise PodsBenchError("no eval.jsonl")
+        raise PodsBenchError(f"no {EVAL_LOG}")
     records = _read_jsonl_tolerating_torn_tail(eval_path, warnings)
     if not records:
-        raise PodsBenchError("eval.jsonl is empty")
+        raise PodsBenchError(f"{EVAL_LOG} is empty")
     steps = _read_jsonl_tolerating_torn_tail(log_path, warnings) if log_path.exists() else []
 
     evals = {}
@@ -179,15 +180,6 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
     return dict(evals=list(evals.values()), step_times=_step_times(steps, arm, seed),
                 arm=dict(arm=arm, n=int(n), m=int(m), rule=rule),
                 hardware=hardware_label(run_json.get("hardware")))
-
-
-def _read_run_json(path: Path) -> dict:
-    if not path.exists():
-        raise PodsBenchError("no run.json")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PodsBenchError(f"{path} is not valid JSON ({e.msg})") from None
 
 
 def _step_times(steps: list[dict], arm: str, seed: int) -> list[dict]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.run_dir import PHASE_LABELS
+from pods_bench.run_dir import PHASES as TRAINER_PHASES
 
 EVAL_COLUMNS = ["experiment", "arm", "seed", "time_s", "raw_time_s", "step", "benchmark", "metric",
                 "value", "n_repeats", "n_problems"]
@@ -31,8 +33,9 @@ STEP_TIME_COLUMNS = ["experiment", "arm", "seed", "phase", "seconds_per_step"]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
 ACCURACY_METRICS = ("answer_acc", "format_acc", "both_acc")
 LENGTH_METRIC = "mean_length"
-# stacking order of the per-phase bars; `other` is whatever the phases do not account for
-PHASES = ("generation", "rewards", "selection", "update", "sync", "other")
+# stacking order of the per-phase bars (the trainer's phases, pods_bench/run_dir.py); `other` is
+# whatever the phases do not account for
+PHASES = (*(PHASE_LABELS[p] for p in TRAINER_PHASES), "other")
 
 
 @dataclass

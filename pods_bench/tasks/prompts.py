@@ -88,3 +88,8 @@ def filter_by_prompt_length(prompts: list[str], tokenizer, max_tokens: int) -> t
     lengths = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]] if prompts else []
     kept = [i for i, n in enumerate(lengths) if n <= max_tokens]
     return kept, len(prompts) - len(kept)
+
+
+def render_prompts(problems, tokenizer, task_cfg) -> list[str]:
+    """Prompts exactly as the trainer renders them (the task config's style and system prompt)."""
+    return [build_prompt(p, tokenizer, style=task_cfg.prompt_style, system_prompt=task_cfg.system_prompt) for p in problems]

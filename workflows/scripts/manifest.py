@@ -10,16 +10,20 @@ from pathlib import Path
 
 import yaml
 
+from pods_bench.errors import PodsBenchError
 from pods_bench.io import atomic_write_text
+from pods_bench.run_dir import RUN_JSON, load_run_json
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 
 
 def read_run(folder: str) -> dict:
-    path = Path(folder) / "run.json"
-    if not path.is_file():
-        return {"run_dir": folder, "status": "missing run.json"}
-    run = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        run = load_run_json(Path(folder) / RUN_JSON)
+    except PodsBenchError as e:  # a broken run.json is recorded, not a failed manifest
+        return {"run_dir": folder, "status": str(e)}
+    if run is None:
+        return {"run_dir": folder, "status": f"missing {RUN_JSON}"}
     keep = ("arm", "seed", "status", "started_at", "finished_at", "hardware", "versions", "config")
     return {"run_dir": folder, **{key: run.get(key) for key in keep}}
 

@@ -1,0 +1,94 @@
+"""The run folder: the name of every file and lock a training run writes, their readers, and the
+start and end of a run's record. docs/results-format.md describes the same files for readers.
+
+    <run>/run.json            resolved config, versions, hardware, status (`start_run`, `finish_run`)
+    <run>/train_log.jsonl     one line per step (`TRAIN_LOG`; fields in docs/results-format.md)
+    <run>/eval.jsonl          one line per checkpoint x benchmark (`EVAL_LOG`)
+    <run>/checkpoints/step-N  complete checkpoints (pods_bench/checkpoint.py)
+    <run>/.train.lock         held by the one process training the run
+    <run>/.eval.lock          held while eval.jsonl is checked and appended
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pods_bench.errors import PodsBenchError
+
+RUN_JSON = "run.json"
+TRAIN_LOG = "train_log.jsonl"
+EVAL_LOG = "eval.jsonl"
+CHECKPOINTS = "checkpoints"
+TRAIN_LOCK = ".train.lock"
+EVAL_LOCK = ".eval.lock"
+
+# The phases of a training step, in order: the trainer times each (train_log field `time_<phase>_s`)
+# and the training clock is their sum; the analysis labels them (and adds "other", the rest of a step).
+PHASES = ("gen", "reward", "select", "update", "sync")
+PHASE_LABELS = {"gen": "generation", "reward": "rewards", "select": "selection", "update": "update", "sync": "sync"}
+
+
+def phase_field(phase: str) -> str:
+    return f"time_{phase}_s"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def load_run_json(path: str | Path) -> dict | None:
+    """The content of a run.json file; None if there is none, a one-line error if it is not JSON."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise PodsBenchError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from None
+
+
+def read_run_json(run_dir: str | Path) -> dict:
+    """run.json of a run folder written by the trainer (with its config), or a one-line error."""
+    path = Path(run_dir) / RUN_JSON
+    run = load_run_json(path)
+    if run is None:
+        raise PodsBenchError(f"{run_dir} is not a run folder (no {RUN_JSON})")
+    if not isinstance(run, dict) or not isinstance(run.get("config"), dict):
+        raise PodsBenchError(f"{path} has no config mapping (not written by pods-bench train?)")
+    return run
+
+
+def start_run(cfg, previous: dict | None, resume_from: Path | None, step: int, clock: float, extra: dict) -> None:
+    """Write run.json for a run that starts (or resumes at `resume_from`): the resolved config, seed,
+    package versions and hardware, status "running". `extra` adds fields (hardware, data counts)."""
+    from pods_bench import run_info
+    from pods_bench.io import atomic_write_json
+
+    run = {
+        "experiment": cfg.experiment,
+        "arm": cfg.arm,
+        "seed": cfg.seed,
+        "config": cfg.to_dict(),
+        "versions": run_info.package_versions(),
+        "git": run_info.git_commit(),
+        **extra,
+        "started_at": previous["started_at"] if resume_from is not None else now(),
+        "resumed": previous["resumed"] + [{"at": now(), "checkpoint": resume_from.name}] if resume_from else [],
+        "finished_at": None,
+        "status": "running",
+        "stop_reason": None,
+        "step": step,
+        "train_time_s": clock,
+    }
+    atomic_write_json(Path(cfg.run_dir) / RUN_JSON, run)
+
+
+def finish_run(run_dir: str | Path, status: str, stop_reason: str | None, step: int, clock: float) -> None:
+    """Record how the run ended ("finished" or "stopped") in run.json."""
+    from pods_bench.io import atomic_write_json
+
+    run = read_run_json(run_dir)
+    run.update(status=status, stop_reason=stop_reason, finished_at=now(), step=step, train_time_s=clock)
+    atomic_write_json(Path(run_dir) / RUN_JSON, run)
