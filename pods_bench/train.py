@@ -1,13 +1,14 @@
 """GRPO and GRPO-PODS training: one loop for every selection rule, rollout engine and process count.
 
-Per step:
-  1. take P prompts (each process its share of them)
-  2. the engine samples n completions per prompt
+Per step (`train_step`):
+  1. take P prompts (each process its share of them), each as G groups (G = 1 unless
+     `selection.groups_per_prompt` says otherwise, as the paper's 8-GPU runs)
+  2. the engine samples n completions per group
   3. rewards: math-verify correctness + format shaping (`RewardFunction`)
-  4. the selection rule keeps m of the n per prompt (optionally after DAPO's filter, which drops
-     prompts whose n rewards are all equal)
+  4. the selection rule keeps m of the n of each group (optionally after DAPO's filter, which drops
+     groups whose n rewards are all equal)
   5. group advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps)
-  6. a PPO-clipped policy-gradient update on the kept P x m sequences
+  6. a PPO-clipped policy-gradient update on the kept P x G x m sequences
   7. the new weights are pushed to the engine (`engine.sync_weights`)
 GRPO is the rule "all" with n == m.
 
@@ -527,6 +528,26 @@ class Run:
     engine: Any = None
     reward_fn: Any = None
 
+    @property
+    def accelerator(self):
+        return self.learner.accelerator
+
+    def start_engines(self) -> None:
+        """The rollout engine and the grading processes, warmed up: start-up is not training
+        (first-call allocations and kernel selection; vLLM's first log-prob request alone can take seconds)."""
+        from pods_bench.engines import make_engine
+        from pods_bench.rewards import RewardFunction
+
+        self.engine = make_engine(self.cfg, self.learner.policy, self.tokenizer)
+        self.reward_fn = RewardFunction(self.cfg.reward)
+        self.reward_fn(["<answer>0</answer>"], ["0"])
+        self.engine.generate(self.prompts[:1], 2, replace(self.cfg.sampling, max_new_tokens=8, seed=0))
+
+    def close(self) -> None:
+        for resource in (self.engine, self.reward_fn):
+            if resource is not None:
+                resource.close()
+
     def checkpoint_and_evaluate(self) -> None:
         """Save (every process), then evaluate inline on rank 0; none of it counts as training."""
         p = self.progress
@@ -536,23 +557,32 @@ class Run:
         self.evaluate_pending(path)
 
     def evaluate_pending(self, checkpoint: Path) -> None:
-        accelerator = self.learner.accelerator
-        if self.cfg.eval.inline and accelerator.is_main_process:
+        if self.cfg.eval.inline and self.accelerator.is_main_process:
             evaluate_missing(self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn)
-        accelerator.wait_for_everyone()
+        self.accelerator.wait_for_everyone()
 
 
-def train(cfg: TrainConfig, progress: bool = True) -> Path:
-    """Train (or resume) the run `cfg` describes; returns its folder."""
+def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tuple[Run, int]:
+    """(run, prompts dropped as too long): model, optimizer and data, at the checkpoint's progress
+    when resuming. Bad input fails here, before anything is written."""
+    learner, tokenizer = make_learner(cfg, accelerator, resume_from)
+    problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
+    # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
+    # stop the run now, not after hours of training
+    benchmarks = load_benchmarks(cfg, tokenizer) if accelerator.is_main_process else []
+    generator = torch.Generator().manual_seed(derived_seed(cfg.seed, accelerator.process_index, 1))
+    run = Run(cfg, learner, tokenizer, problems, prompts, benchmarks, generator)
+    if resume_from is not None:
+        state = ckpt.load_training_state(resume_from, learner, generator)
+        step, clock = state["step"], state["train_time_s"]
+        run.progress = Progress(step, clock, state["data_cursor"], checkpoint_step=step, checkpoint_clock=clock)
+    return run, n_dropped
+
+
+def make_accelerator(cfg: TrainConfig):
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
-    from transformers.utils import logging as hf_logging
 
-    from pods_bench import run_info
-    from pods_bench.engines import make_engine
-    from pods_bench.rewards import RewardFunction, gold_texts
-
-    hf_logging.disable_progress_bar()  # no "Writing model shards" bars at every checkpoint
     accelerator = Accelerator(
         cpu=cfg.device == "cpu",
         mixed_precision=cfg.model.mixed_precision,
@@ -560,102 +590,104 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     )
     if cfg.device == "cuda" and accelerator.device.type != "cuda":
         raise PodsBenchError("config key device is 'cuda' but no GPU is visible")
-    rank, world, main = accelerator.process_index, accelerator.num_processes, accelerator.is_main_process
-    P, n, G = cfg.prompts_per_step, cfg.selection.n, cfg.selection.groups_per_prompt
-    if P % world:
-        raise PodsBenchError(f"config key prompts_per_step ({P}) must be a multiple of the number of processes ({world})")
+    if cfg.prompts_per_step % accelerator.num_processes:
+        raise PodsBenchError(f"config key prompts_per_step ({cfg.prompts_per_step}) must be a multiple of the "
+                             f"number of processes ({accelerator.num_processes})")
+    return accelerator
 
-    # -- model, data, optimizer; bad input fails here, before anything is written
+
+def train_step(run: Run, stream: PromptStream) -> dict:
+    """One step of GRPO / GRPO-PODS, steps 1-7 of the module docstring; returns its log record."""
+    from pods_bench.rewards import gold_texts
+
+    cfg, p, accelerator, times = run.cfg, run.progress, run.accelerator, {}
+    P, n, G = cfg.prompts_per_step, cfg.selection.n, cfg.selection.groups_per_prompt
+    rank, world = accelerator.process_index, accelerator.num_processes
+
+    # 1. prompts: this process's share of the next P, each as G independent groups of n rollouts
+    # (G = selection.groups_per_prompt; 1 but in the paper's 8-GPU recipe)
+    indices = stream.take(p.cursor, P)[rank * P // world : (rank + 1) * P // world]
+    p.cursor += P
+    groups = [i for i in indices for _ in range(G)]
+
+    # 2. rollouts: n per group
+    failpoint("gen")
+    with timed(times, "gen", accelerator.device):
+        seed = cfg.sampling.seed if cfg.sampling.seed is not None else cfg.seed
+        sampling = replace(cfg.sampling, seed=derived_seed(seed, p.step, rank))
+        rollouts = run.engine.generate([run.prompts[i] for i in groups], n, sampling)
+
+    # 3. rewards (groups, n)
+    with timed(times, "reward", accelerator.device):
+        golds = gold_texts([run.problems[i] for i in groups], cfg.reward.grading)
+        texts = [t for group in rollouts.completion_text for t in group]
+        graded = run.reward_fn(texts, [g for g in golds for _ in range(n)])
+        rewards = torch.tensor(graded.total, dtype=torch.float64).view(len(groups), n)
+
+    # 4-5. selection of m per group, advantages over the kept m
+    with timed(times, "select", accelerator.device):
+        kept = keep_rollouts(rewards, rollouts, cfg, run.selection_generator)
+
+    # 6. policy-gradient update
+    failpoint("update")
+    with timed(times, "update", accelerator.device):
+        update = update_policy(run.learner, kept.sequences, cfg)
+
+    # 7. weight sync
+    with timed(times, "sync", accelerator.device):
+        run.engine.sync_weights(run.learner.policy)
+
+    # the clock (every process agrees: the slowest one's phases) and the record
+    phase_times = all_reduce({**{ph: times[ph] for ph in PHASES}, "step": sum(times.values())}, accelerator, op="max")
+    p.clock += phase_times["step"]
+    p.step += 1
+    sums = all_reduce(step_sums(rewards, kept, rollouts, graded, update), accelerator)
+    return step_record(cfg, p, phase_times, sums, update)
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> Path:
+    """Train (or resume) the run `cfg` describes; returns its folder."""
+    from transformers.utils import logging as hf_logging
+
+    from pods_bench import run_info
+
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars at every checkpoint
+    accelerator = make_accelerator(cfg)
+    main = accelerator.is_main_process
     previous, resume_from = where_to_start(cfg)
-    learner, tokenizer = make_learner(cfg, accelerator, resume_from)
-    problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
-    # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
-    # stop the run now, not after hours of training
-    benchmarks = load_benchmarks(cfg, tokenizer) if main else []
-    selection_generator = torch.Generator().manual_seed(derived_seed(cfg.seed, rank, 1))
-    run = Run(cfg, learner, tokenizer, problems, prompts, benchmarks, selection_generator)
-    if resume_from is not None:
-        state = ckpt.load_training_state(resume_from, learner, selection_generator)
-        run.progress = Progress(state["step"], state["train_time_s"], state["data_cursor"], state["step"], state["train_time_s"])
-    p = run.progress
-    stream, sampling_seed = PromptStream(len(problems), cfg.seed), cfg.sampling.seed if cfg.sampling.seed is not None else cfg.seed
+    run, n_dropped = prepare_run(cfg, accelerator, resume_from)
+    p, stream = run.progress, PromptStream(len(run.problems), cfg.seed)
 
     lock = ExitStack()
     if main:
         open_run_folder(cfg, resume_from, p.step, lock)
-        hardware = {**run_info.hardware(world), "mixed_precision": accelerator.mixed_precision}
+        hardware = {**run_info.hardware(accelerator.num_processes), "mixed_precision": accelerator.mixed_precision}
         run_folder.start_run(cfg, previous, resume_from, p.step, p.clock, {
-            "hardware": hardware, "train_prompts": len(problems), "train_prompts_dropped_too_long": n_dropped})
+            "hardware": hardware, "train_prompts": len(run.problems), "train_prompts_dropped_too_long": n_dropped})
     accelerator.wait_for_everyone()
 
     bar = progress_bar(cfg, p, progress and main)
     status, stop_reason = "stopped", None
     try:
-        run.engine, run.reward_fn = make_engine(cfg, learner.policy, tokenizer), RewardFunction(cfg.reward)
-        # start-up is not training: start the grading processes and warm the engine up (first-call
-        # allocations and kernel selection; vLLM's first log-prob request alone can take seconds)
-        run.reward_fn(["<answer>0</answer>"], ["0"])
-        run.engine.generate(prompts[:1], 2, replace(cfg.sampling, max_new_tokens=8, seed=0))
+        run.start_engines()
         if resume_from is None:
             run.checkpoint_and_evaluate()  # step 0: the start point of every curve
         else:
             run.evaluate_pending(resume_from)  # a crash may have come between checkpoint and evaluation
-
         while (stop_reason := p.budget_reached(cfg)) is None:
-            times: dict[str, float] = {}
-            # 1. prompts: this process's share of the next P, each as G independent groups of n
-            # rollouts (G = selection.groups_per_prompt; 1 but in the paper's 8-GPU recipe)
-            indices = stream.take(p.cursor, P)[rank * P // world : (rank + 1) * P // world]
-            p.cursor += P
-            groups = [i for i in indices for _ in range(G)]
-
-            # 2. rollouts: n per group
-            failpoint("gen")
-            with timed(times, "gen", accelerator.device):
-                sampling = replace(cfg.sampling, seed=derived_seed(sampling_seed, p.step, rank))
-                rollouts = run.engine.generate([prompts[i] for i in groups], n, sampling)
-
-            # 3. rewards (groups, n)
-            with timed(times, "reward", accelerator.device):
-                golds = gold_texts([problems[i] for i in groups], cfg.reward.grading)
-                texts = [t for group in rollouts.completion_text for t in group]
-                graded = run.reward_fn(texts, [g for g in golds for _ in range(n)])
-                rewards = torch.tensor(graded.total, dtype=torch.float64).view(len(groups), n)
-
-            # 4-5. selection of m per group, advantages over the kept m
-            with timed(times, "select", accelerator.device):
-                kept = keep_rollouts(rewards, rollouts, cfg, selection_generator)
-
-            # 6. policy-gradient update
-            failpoint("update")
-            with timed(times, "update", accelerator.device):
-                update = update_policy(learner, kept.sequences, cfg)
-
-            # 7. weight sync
-            with timed(times, "sync", accelerator.device):
-                run.engine.sync_weights(learner.policy)
-
-            # -- the clock (every process agrees: the slowest one's phases) and the log
-            phase_times = all_reduce({**{ph: times[ph] for ph in PHASES}, "step": sum(times.values())}, accelerator, op="max")
-            p.clock += phase_times["step"]
-            p.step += 1
-            sums = all_reduce(step_sums(rewards, kept, rollouts, graded, update), accelerator)
-            record = step_record(cfg, p, phase_times, sums, update)
+            record = train_step(run, stream)
             if main:
                 append_jsonl(cfg.run_dir / TRAIN_LOG, [record])
                 bar.set_postfix(step=p.step, clock=f"{p.clock:.1f}s", reward=f"{record['reward_mean']:.3f}", refresh=False)
                 bar.update(1 if cfg.budget.max_steps is not None else min(p.clock, bar.total) - bar.n)
             if p.checkpoint_due(cfg):
                 run.checkpoint_and_evaluate()
-
         if p.checkpoint_step != p.step:
             run.checkpoint_and_evaluate()  # the end point
         status = "finished"
     finally:
         bar.close()
-        for resource in (run.engine, run.reward_fn):
-            if resource is not None:
-                resource.close()
+        run.close()
         if main:
             run_folder.finish_run(cfg.run_dir, status, stop_reason, p.step, p.clock)
         lock.close()
