@@ -24,6 +24,18 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflows/rules/common.smk"
+
+
+# The run grid of the experiment (checked by common.smk): one run per (arm, seed), trained on
+# BENCHMARK and evaluated on EVAL_BENCHMARKS. The rule files below make their jobs from it.
+ARMS = list(config["arms"])
+SEEDS = list(config["seeds"])
+BENCHMARK = config["benchmark"]
+EVAL_BENCHMARKS = list(config["eval_benchmarks"])
+# a run is finished once its evaluations are: eval.done, or train.done where the trainer evaluates inline
+FINISHED_RUNS = [finished_run(arm, seed) for arm in ARMS for seed in SEEDS]
+
+
 include: "workflows/rules/prepare.smk"
 include: "workflows/rules/train.smk"
 include: "workflows/rules/evaluate.smk"
@@ -36,7 +48,8 @@ report: "workflows/report/workflow.rst"
 
 rule all:
     input:
-        rules.aggregate.output,
+        FINISHED_RUNS,  # arms x seeds, every run trained and evaluated
+        rules.aggregate.output,  # then the experiment's tables, figures and manifest
         rules.plot.output,
         rules.manifest.output,
     default_target: True

@@ -1,18 +1,24 @@
-"""An experiment config (config/<experiment>.yaml) turned into the trainer config of each run.
+"""An experiment config (config/<experiment>.yaml) turned into checked jobs: the trainer config of
+each run, and what each job asks the scheduler for and runs.
 
-The workflow (workflows/rules/common.smk) and the conformance test (tests/test_fidelity.py) both
-build runs this way, so what the paper configs claim is what the training jobs get:
+The workflow (workflows/rules/*.smk) and the tests (tests/test_fidelity.py, tests/test_experiment.py)
+both build runs this way, so what the paper configs claim is what the training jobs get:
 
     trainer config = train_base (a recipe file) <- `train` merged over it <- what the workflow owns
                      (experiment, device, task, evaluation benchmarks, warm-started model)
                      <- the arm's `--set` items (rule, n, m, its `set`) <- the run's (seed, output_dir)
 
 Mistakes are a `PodsBenchError` with one line naming the key; the workflow prints it and stops.
+Nothing here reads Snakemake's state: what the workflow knows (the `--config` keys, the project
+root) comes in as arguments.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import shlex
 from pathlib import Path
 
 import yaml
@@ -22,6 +28,8 @@ from pods_bench.errors import PodsBenchError
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflows" / "schemas" / "config.schema.yaml"
 HARDWARE_FILE = ROOT / "config" / "hardware.yaml"
+# How every job runs the package (the workflow puts its own Python first on the jobs' PATH).
+PODS_BENCH = "python -m pods_bench"
 
 # Trainer keys the workflow sets itself, and the experiment-config key to use instead.
 WORKFLOW_KEYS = {
@@ -36,6 +44,82 @@ WORKFLOW_KEYS = {
     "selection.n": "arms.<arm>.n",
     "selection.m": "arms.<arm>.m",
 }
+
+
+# --- checking an experiment config (each mistake one line naming the key) ---------------------------
+
+
+def _key(path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<top level>"
+
+
+def schema_error_line(error, command_line_keys=()) -> str:
+    """jsonschema's error as one line naming the offending key. `command_line_keys`: the top-level
+    keys given with `--config` (Snakemake's `workflow.config_settings.config`)."""
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        where = f"{key}." if error.absolute_path else ""
+        return f"unknown config key {where}{unknown[0]} (allowed here: {', '.join(allowed)})"
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        where = f"{key}." if error.absolute_path else ""
+        return f"missing config key {where}{missing}"
+    if error.validator == "type" and isinstance(error.instance, str):
+        message = f"config key {key} must be {error.validator_value}, got the string {error.instance!r}"
+        if error.absolute_path and error.absolute_path[0] in command_line_keys:
+            # `--config seeds=[0,1]` reaches the workflow as strings
+            message += " (--config passes lists and mappings as strings: put them in a --configfile)"
+        return message
+    if error.validator == "propertyNames":
+        return f"config key {key}: name {error.instance!r} is not allowed ({error.message})"
+    return f"config key {key}: {error.message}"
+
+
+def schema_error(config: dict, command_line_keys=(), schema: str | Path = SCHEMA) -> str | None:
+    """The line for the first mistake against the JSON schema, or None when the config follows it."""
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema).read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = list(validator.iter_errors(config))
+    best = jsonschema.exceptions.best_match(errors)
+    if best is None:
+        return None
+    # of the same mistake at several places (seeds[0], seeds[1], ...), name the first
+    parent = list(best.absolute_path)[:-1]
+    same = [e for e in errors if e.validator == best.validator and list(e.absolute_path)[:-1] == parent]
+    first = min(same, key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])
+    return schema_error_line(first, command_line_keys)
+
+
+def hardware_setup(name: str, hardware_file: str | Path = HARDWARE_FILE) -> dict:
+    """Setup `name` of config/hardware.yaml."""
+    setups = yaml.safe_load(Path(hardware_file).read_text(encoding="utf-8"))
+    if name not in setups:
+        raise PodsBenchError(f"config key hardware: unknown setup {name!r}; "
+                             f"choose from {', '.join(setups)} (config/hardware.yaml)")
+    return setups[name]
+
+
+def check_benchmarks(config: dict) -> None:
+    """The training and evaluation benchmarks are tasks pods-bench knows."""
+    from pods_bench.tasks import get_task
+
+    for key, name in [("benchmark", config["benchmark"])] + [
+        (f"eval_benchmarks[{i}]", b) for i, b in enumerate(config["eval_benchmarks"])
+    ]:
+        try:
+            get_task(name)
+        except PodsBenchError as e:
+            raise PodsBenchError(f"config key {key}: {e}") from None
+
+
+# --- the trainer config of each run ----------------------------------------------------------------
 
 
 def flatten(data: dict, prefix: str = "") -> dict:
@@ -119,22 +203,99 @@ def run_overrides(config: dict, arm: str, seed) -> list[str]:
     return arm_overrides(config, arm) + [f"seed={seed}", f"output_dir={run_dir(config, arm, seed)}"]
 
 
+def resolve_runs(config: dict, hardware: dict, root: Path = ROOT) -> tuple[dict, dict]:
+    """(the shared trainer settings, arm -> the trainer config of its first seed, defaults filled in),
+    each checked by the trainer's own config loader, so that a trainer-level mistake stops the
+    workflow before any job starts."""
+    from pods_bench.config import config_from_dict
+
+    settings = shared_train_settings(config, hardware, root)
+    try:
+        config_from_dict(settings)
+    except PodsBenchError as e:
+        raise PodsBenchError(f"train: {e}") from None
+    resolved = {}
+    for arm in config["arms"]:
+        overrides = run_overrides(config, arm, config["seeds"][0])  # its own line names arms.<arm>.set.<key>
+        try:
+            resolved[arm] = config_from_dict(settings, overrides)
+        except PodsBenchError as e:
+            raise PodsBenchError(f"arms.{arm}: {e}") from None
+    return settings, resolved
+
+
+# --- jobs ------------------------------------------------------------------------------------------
+
+
+def finished_run(config: dict, arm: str, seed, arm_config) -> str:
+    """The marker of run (arm, seed) once its evaluations are complete: the training job's where the
+    trainer evaluates inline (`eval.inline`), else the evaluation job's."""
+    return f"{run_dir(config, arm, seed)}/{'train.done' if arm_config.eval.inline else 'eval.done'}"
+
+
+def job_resources(rule: str, hardware: dict, resources: dict, arm_config=None) -> dict:
+    """Snakemake resources of one `rule` job ("train" or "evaluate") on `hardware` (a setup of
+    config/hardware.yaml), with the experiment config's `resources` replacing the setup's; a
+    training job's runtime follows its arm's budget (`arm_config`, the arm's trainer config)."""
+    spec = {**hardware[rule], **resources.get(rule, {})}
+    if "runtime_min" in spec:
+        runtime = spec["runtime_min"]
+    else:  # training: the time budget, slowed down by the hardware's factor, plus start-up
+        budget_s = arm_config.budget.max_train_time_s
+        if budget_s is None:
+            raise PodsBenchError(f"config key resources.{rule}.runtime_min is needed: the budget has no max_train_time_s")
+        runtime = math.ceil(budget_s / 60 * spec["runtime_factor"] + spec["runtime_overhead_min"])
+    job = {"mem_mb": spec["mem_mb"], "runtime": runtime, "cpus_per_task": spec["cpus"], "gpu": spec["gpu"]}
+    if spec["gpu"] and hardware.get("gpu_model"):
+        job["gpu_model"] = hardware["gpu_model"]
+    return job
+
+
+def train_launcher(hardware: dict, arm_config, root: Path = ROOT) -> str:
+    """One process, or the distributed engine (`accelerate launch`) with the setup's process count."""
+    if hardware["processes"] <= 1:
+        return PODS_BENCH
+    flags = [f"--num_processes {hardware['processes']}", "--num_machines 1",
+             f"--mixed_precision {arm_config.model.mixed_precision}", "--dynamo_backend no"]
+    if hardware.get("accelerate_config"):
+        flags.insert(0, f"--config_file {Path(root) / hardware['accelerate_config']}")
+    else:  # torchrun's launcher; with device cpu the processes join a gloo group
+        flags.append("--multi_gpu")
+    return f"accelerate launch {' '.join(flags)} -m pods_bench"
+
+
+def set_flags(items) -> str:
+    """`--set` items as options of `pods-bench train`, quoted for the shell."""
+    return " ".join(f"--set {shlex.quote(item)}" for item in items)
+
+
+def analysis_options(analysis: dict, command: str) -> str:
+    """The `analysis` settings the config gives, as options of `pods-bench aggregate` or `plot`
+    (the analysis chooses the others)."""
+    keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap"] if command == "aggregate" else [])
+    given = {key: analysis[key] for key in keys if analysis[key] is not None}
+    return " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in given.items())
+
+
+def paper_logs_dir(config: dict, root: Path = ROOT) -> str:
+    """The published-logs folder: $PODS_BENCH_PAPER_LOGS, else `paper_logs` relative to the project root."""
+    path = os.environ.get("PODS_BENCH_PAPER_LOGS") or config["paper_logs"]
+    return str((Path(root) / path).resolve())
+
+
+# --- outside Snakemake -----------------------------------------------------------------------------
+
+
 def load_experiment(path: str | Path) -> tuple[dict, dict]:
     """(experiment config with the schema's defaults filled in, its hardware setup), outside Snakemake."""
     from snakemake.utils import validate
 
     config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     validate(config, str(SCHEMA))
-    setups = yaml.safe_load(HARDWARE_FILE.read_text(encoding="utf-8"))
-    if config["hardware"] not in setups:
-        raise PodsBenchError(f"config key hardware: unknown setup {config['hardware']!r}")
-    return config, setups[config["hardware"]]
+    return config, hardware_setup(config["hardware"])
 
 
 def resolve_arms(path: str | Path) -> dict:
     """Arm -> the trainer config of its first seed, as the workflow's training job gets it."""
-    from pods_bench.config import config_from_dict
-
     config, hardware = load_experiment(path)
-    settings = shared_train_settings(config, hardware)
-    return {arm: config_from_dict(settings, run_overrides(config, arm, config["seeds"][0])) for arm in config["arms"]}
+    return resolve_runs(config, hardware)[1]

@@ -3,17 +3,10 @@
 # curves and the seconds per step; then the figures. `paper_figures` does the same for the paper's
 # published logs.
 
-def analysis_options(command: str) -> str:
-    """The `analysis` settings the config gives, as options of `pods-bench aggregate` or `plot`
-    (the analysis chooses the others)."""
-    keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap"] if command == "aggregate" else [])
-    given = {key: config["analysis"][key] for key in keys if config["analysis"][key] is not None}
-    return " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in given.items())
-
 
 rule aggregate:
     input:
-        finished_runs,
+        FINISHED_RUNS,
     output:
         report(
             f"{SUMMARY_DIR}/speedups.csv",
@@ -41,7 +34,7 @@ rule aggregate:
             labels={"table": "seconds per step"},
         ),
     params:
-        options=analysis_options("aggregate"),
+        options=experiment_settings.analysis_options(config["analysis"], "aggregate"),
     log:
         f"{LOG_DIR}/aggregate.log",
     conda:
@@ -63,7 +56,7 @@ rule plot:
             labels={"figure": "{name}"},
         ),
     params:
-        options=analysis_options("plot"),
+        options=experiment_settings.analysis_options(config["analysis"], "plot"),
     log:
         f"{LOG_DIR}/plot.log",
     conda:
@@ -75,7 +68,7 @@ rule plot:
 
 rule paper_figures:
     input:
-        paper_logs_dir(),
+        experiment_settings.paper_logs_dir(config, ROOT),
     output:
         # one folder per published setting: results/paper/<setting>/summary/, figures/paper/<setting>/
         tables=directory("results/paper"),

@@ -22,9 +22,3 @@ rule evaluate:
     shell:
         "export OMP_NUM_THREADS={threads}; "
         "{PODS_BENCH} evaluate {params.run_dir} 2>&1 | tee {log}"
-
-
-def finished_runs(wildcards=None) -> list[str]:
-    """The marker of every run whose evaluations are complete."""
-    marker = lambda arm: "train.done" if INLINE_EVAL[arm] else "eval.done"
-    return [f"{run_dir(arm, seed)}/{marker(arm)}" for arm in ARMS for seed in SEEDS]

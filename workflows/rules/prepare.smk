@@ -51,7 +51,7 @@ def prepare_commands() -> str:
     """Load one problem of every dataset split (filling the datasets cache), then download the model."""
     cfg = RESOLVED[ARMS[0]]
     data_dir = f" --data-dir {shlex.quote(cfg.data_dir)}" if cfg.data_dir else ""
-    splits = [(cfg.task.name, cfg.task.split)] + [(name, cfg.eval.split) for name in cfg.eval.benchmarks]
+    splits = [(BENCHMARK, cfg.task.split)] + [(name, cfg.eval.split) for name in EVAL_BENCHMARKS]
     commands = [f"{PODS_BENCH} tasks {name} --split {split} --limit 1{data_dir}" for name, split in splits]
     if hub_model():
         commands.append(f"hf download {shlex.quote(hub_model())}")

@@ -4,7 +4,7 @@
 
 rule manifest:
     input:
-        finished_runs,
+        FINISHED_RUNS,
     output:
         report(
             f"{SUMMARY_DIR}/manifest.yaml",

@@ -3,10 +3,6 @@
 # checkpoints) is the trainer's, so a failed or interrupted job leaves it in place to resume from.
 
 
-def set_flags(items) -> str:
-    return " ".join(f"--set {shlex.quote(item)}" for item in items)
-
-
 def train_resource(key: str):
     """Resource `key` of an arm's training jobs (the runtime follows the arm's time budget)."""
     return lambda wildcards: job_resources("train", wildcards.arm)[key]
@@ -22,7 +18,7 @@ rule train:
         launcher=lambda wildcards: train_launcher(wildcards.arm),
         # torch threads of each training process: the job's cores shared by its processes
         process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
-        overrides=lambda wildcards: set_flags(run_overrides(wildcards.arm, wildcards.seed)),
+        overrides=lambda wildcards: experiment_settings.set_flags(run_overrides(wildcards.arm, wildcards.seed)),
     log:
         f"{LOG_DIR}/train/{{arm}}/seed{{seed}}.log",
     benchmark:

@@ -1,0 +1,196 @@
+"""An experiment config turned into jobs (pods_bench/experiment.py), without Snakemake: resources per
+hardware setup, the training launch line, the run markers, and the one-line errors the workflow
+prints (tests/test_bad_input.py checks the same lines end to end)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from pods_bench import experiment
+from pods_bench.errors import PodsBenchError
+from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT
+
+
+def loaded(name: str, hardware: str | None = None) -> tuple[dict, dict, dict]:
+    """(config, hardware setup, arm -> resolved trainer config) of config/<name>.yaml, optionally on
+    another setup of config/hardware.yaml."""
+    config, setup = experiment.load_experiment(CONFIG_DIR / f"{name}.yaml")
+    if hardware:
+        config["hardware"], setup = hardware, experiment.hardware_setup(hardware)
+    return config, setup, experiment.resolve_runs(config, setup)[1]
+
+
+def raw(name: str) -> dict:
+    """config/<name>.yaml as written (no schema defaults)."""
+    return yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+
+
+# --- resources ------------------------------------------------------------------------------------
+
+
+def test_resources_of_a_gpu_setup():
+    config, setup, arms = loaded("h100x8")
+    train = experiment.job_resources("train", setup, config["resources"], arms["pods_n128_m32"])
+    # 30 minutes of budget x 1.5 + 60 minutes of start-up, on the setup's 8 H100s
+    assert train == {"mem_mb": 512000, "runtime": 105, "cpus_per_task": 64, "gpu": 8, "gpu_model": "h100"}
+    evaluate = experiment.job_resources("evaluate", setup, config["resources"])
+    assert evaluate == {"mem_mb": 64000, "runtime": 120, "cpus_per_task": 8, "gpu": 1, "gpu_model": "h100"}
+
+
+def test_resources_of_the_cpu_setup_name_no_gpu_model():
+    config, setup, arms = loaded("smoke")
+    train = experiment.job_resources("train", setup, config["resources"], arms["grpo_n16_m16"])
+    # 60 s of budget x 3.0 + 10 minutes, rounded up to whole minutes
+    assert train == {"mem_mb": 3000, "runtime": 13, "cpus_per_task": 1, "gpu": 0}
+
+
+def test_runtime_follows_the_budget_times_the_factor_plus_the_overhead():
+    config, setup, arms = loaded("gsm8k_main")
+    arm = arms["pods_n64_m16"]
+    assert arm.budget.max_train_time_s == 21600
+    # L40S: 360 minutes x 1.25 + 60
+    assert experiment.job_resources("train", setup, config["resources"], arm)["runtime"] == 510
+
+
+def test_the_config_resources_replace_the_setup():
+    config, setup, arms = loaded("gsm8k_main")
+    resources = {"evaluate": {"runtime_min": 600}, "train": {"runtime_min": 30, "mem_mb": 1000}}
+    assert experiment.job_resources("evaluate", setup, resources)["runtime"] == 600
+    train = experiment.job_resources("train", setup, resources, arms["pods_n64_m16"])
+    assert (train["runtime"], train["mem_mb"], train["gpu_model"]) == (30, 1000, "l40s")
+
+
+def test_a_budget_without_time_needs_a_runtime():
+    config, setup, arms = loaded("smoke")
+    arm = copy.deepcopy(arms["grpo_n16_m16"])
+    arm.budget.max_train_time_s = None
+    with pytest.raises(PodsBenchError) as e:
+        experiment.job_resources("train", setup, config["resources"], arm)
+    assert str(e.value) == "config key resources.train.runtime_min is needed: the budget has no max_train_time_s"
+
+
+# --- launching training ----------------------------------------------------------------------------
+
+
+def test_one_process_runs_the_package():
+    _, setup, arms = loaded("smoke")
+    assert experiment.train_launcher(setup, arms["pods_n16_m4"]) == "python -m pods_bench"
+
+
+def test_several_processes_go_through_accelerate():
+    _, setup, arms = loaded("h100x8")
+    assert experiment.train_launcher(setup, arms["pods_n128_m32"]) == (
+        "accelerate launch --num_processes 8 --num_machines 1 --mixed_precision bf16 --dynamo_backend no "
+        "--multi_gpu -m pods_bench"
+    )
+    # the CPU setup with two processes: the same launcher, the trainer's own mixed precision
+    _, setup, arms = loaded("smoke", hardware="cpu_ddp")
+    line = experiment.train_launcher(setup, arms["pods_n16_m4"])
+    assert line.startswith("accelerate launch --num_processes 2 --num_machines 1 ") and "--multi_gpu" in line
+
+
+def test_an_accelerate_config_replaces_plain_data_parallel():
+    _, setup, arms = loaded("h100x8")
+    setup = {**setup, "accelerate_config": "config/accelerate/zero2.yaml"}
+    assert experiment.train_launcher(setup, arms["pods_n128_m32"], root=PROJECT_ROOT) == (
+        f"accelerate launch --config_file {PROJECT_ROOT / 'config/accelerate/zero2.yaml'} --num_processes 8 "
+        "--num_machines 1 --mixed_precision bf16 --dynamo_backend no -m pods_bench"
+    )
+
+
+def test_set_flags_are_quoted_for_the_shell():
+    assert experiment.set_flags(["seed=1", "task.system_prompt=Think step by step."]) == (
+        "--set seed=1 --set 'task.system_prompt=Think step by step.'"
+    )
+
+
+# --- the run grid ----------------------------------------------------------------------------------
+
+
+def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
+    config, _, arms = loaded("smoke")
+    assert experiment.finished_run(config, "pods_n16_m4", 3, arms["pods_n16_m4"]) == (
+        "results/smoke/runs/pods_n16_m4/seed3/eval.done"
+    )
+    config, _, arms = loaded("h100x8")  # evaluated inline: no evaluation job
+    assert experiment.finished_run(config, "grpo_n32_m32", 21, arms["grpo_n32_m32"]) == (
+        "results/h100x8/runs/grpo_n32_m32/seed21/train.done"
+    )
+
+
+def test_analysis_options():
+    analysis = {"baseline": "grpo", "benchmark": "gsm8k", "metric": "answer_acc", "q": None, "bootstrap": 1000}
+    assert experiment.analysis_options(analysis, "aggregate") == (
+        "--baseline grpo --benchmark gsm8k --metric answer_acc --bootstrap 1000"
+    )
+    assert experiment.analysis_options(analysis, "plot") == "--baseline grpo --benchmark gsm8k --metric answer_acc"
+
+
+def test_the_published_logs_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("PODS_BENCH_PAPER_LOGS", raising=False)
+    assert experiment.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "logs")
+    monkeypatch.setenv("PODS_BENCH_PAPER_LOGS", str(tmp_path / "elsewhere"))
+    assert experiment.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "elsewhere")
+
+
+# --- one-line errors -------------------------------------------------------------------------------
+
+
+def test_the_paper_configs_follow_the_schema():
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        if path.stem != "hardware":
+            assert experiment.schema_error(raw(path.stem)) is None, path.name
+
+
+def test_schema_error_lines_name_the_key():
+    config = raw("smoke")
+    config["arms"]["pods_n16_m4"]["k"] = 2
+    assert experiment.schema_error(config) == "unknown config key arms.pods_n16_m4.k (allowed here: m, n, rule, set)"
+    config = raw("smoke")
+    del config["benchmark"]
+    assert experiment.schema_error(config) == "missing config key benchmark"
+    config = raw("smoke")
+    config["arms"]["pods_n16_m4"]["n"] = 1
+    assert experiment.schema_error(config) == "config key arms.pods_n16_m4.n: 1 is less than the minimum of 2"
+
+
+def test_strings_from_the_command_line_get_a_hint():
+    config = {**raw("smoke"), "seeds": ["0", "1"]}
+    # of the same mistake at several places, the first is named
+    assert experiment.schema_error(config) == "config key seeds[0] must be integer, got the string '0'"
+    assert experiment.schema_error(config, command_line_keys={"seeds": "[0,1]"}) == (
+        "config key seeds[0] must be integer, got the string '0' "
+        "(--config passes lists and mappings as strings: put them in a --configfile)"
+    )
+
+
+def test_unknown_hardware_and_benchmarks():
+    with pytest.raises(PodsBenchError) as e:
+        experiment.hardware_setup("tpu-pod")
+    assert str(e.value) == (
+        "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h100x8, a100x8 (config/hardware.yaml)"
+    )
+    config, _, _ = loaded("smoke")
+    config["eval_benchmarks"] = ["arith", "gsm9k"]
+    with pytest.raises(PodsBenchError) as e:
+        experiment.check_benchmarks(config)
+    assert str(e.value).startswith("config key eval_benchmarks[1]: unknown task 'gsm9k'")
+
+
+def test_trainer_mistakes_name_train_or_the_arm():
+    config, setup, _ = loaded("smoke")
+    bad = copy.deepcopy(config)
+    bad["train"]["optim"]["lrr"] = 1.0
+    with pytest.raises(PodsBenchError, match=r"^train: unknown config key optim.lrr \(did you mean optim.lr\?\)$"):
+        experiment.resolve_runs(bad, setup)
+    bad = copy.deepcopy(config)
+    bad["arms"]["pods_n16_m4"]["m"] = 32
+    with pytest.raises(PodsBenchError, match=r"^arms.pods_n16_m4: config key selection.m \(32\) must be <= selection.n \(16\)$"):
+        experiment.resolve_runs(bad, setup)
+    bad = copy.deepcopy(config)
+    bad["arms"]["pods_n16_m4"]["set"] = {"seed": 3}
+    with pytest.raises(PodsBenchError, match=r"^config key arms.pods_n16_m4.set.seed is set by the workflow: use seeds instead$"):
+        experiment.resolve_runs(bad, setup)
