@@ -16,7 +16,7 @@ comma := ,
 BIN := $(VENV)/bin
 export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: venv test bench smoke clean-venv
+.PHONY: venv test lint bench smoke clean-venv
 
 venv: $(VENV)/.installed
 
@@ -31,8 +31,13 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	$(if $(GPU),,$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
 	touch $@
 
-test: venv
+test: lint
 	$(BIN)/python -m pytest -q
+
+# formatting and lint (ruff, configured in pyproject.toml); `ruff format .` fixes the formatting
+lint: venv
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 
 bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks

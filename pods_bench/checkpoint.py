@@ -29,6 +29,7 @@ from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
 from pods_bench.io import atomic_write_json
 from pods_bench.run_dir import CHECKPOINTS
+
 _NAME = re.compile(r"^step-(\d{6,})$")
 
 
@@ -172,11 +173,18 @@ def set_rng_state(state: dict, selection_generator: torch.Generator) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(run_dir: str | Path, progress: dict, learner, tokenizer, selection_generator: torch.Generator) -> Path:
+def save_checkpoint(
+    run_dir: str | Path, progress: dict, learner, tokenizer, selection_generator: torch.Generator
+) -> Path:
     """Write a checkpoint atomically; a collective call (every process writes its rank file).
     `progress`: step, train_time_s (the training clock) and data_cursor; `learner`: the trainer's
     policy, optimizer, scheduler and accelerator (pods_bench.train.Learner)."""
-    model, optimizer, scheduler, accelerator = learner.policy, learner.optimizer, learner.scheduler, learner.accelerator
+    model, optimizer, scheduler, accelerator = (
+        learner.policy,
+        learner.optimizer,
+        learner.scheduler,
+        learner.accelerator,
+    )
     final = Path(run_dir) / CHECKPOINTS / checkpoint_name(progress["step"])
     tmp = final.with_name(f".tmp-{final.name}")
     rank = accelerator.process_index

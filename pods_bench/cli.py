@@ -11,12 +11,14 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from pods_bench.errors import PodsBenchError
 
 # name -> (help text, add_arguments(parser), run(args) -> int | None)
-SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int | None]]] = {}
+SUBCOMMANDS: dict[
+    str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int | None]]
+] = {}
 
 
 def subcommand(name: str, help: str):
@@ -55,7 +57,13 @@ def _tasks(p: argparse.ArgumentParser):
 @subcommand("train", "train one run (GRPO or GRPO-PODS); rerun the same command to resume it")
 def _train(p: argparse.ArgumentParser):
     p.add_argument("--config", help="YAML file of config keys (see pods_bench/config.py)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. selection.n=64 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. selection.n=64 (repeatable)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handler(args):
@@ -71,7 +79,13 @@ def _train(p: argparse.ArgumentParser):
 @subcommand("evaluate", "evaluate every checkpoint of a run that lacks an eval record")
 def _evaluate(p: argparse.ArgumentParser):
     p.add_argument("run_dir", help="a run folder (results/<experiment>/runs/<arm>/seed<k>)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key of the run's config, e.g. eval.n_problems=100")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the run's config, e.g. eval.n_problems=100",
+    )
 
     def handler(args):
         from pods_bench.evaluate import evaluate_run
@@ -83,8 +97,12 @@ def _evaluate(p: argparse.ArgumentParser):
 
 def _analysis_arguments(p: argparse.ArgumentParser, out: str) -> None:
     """Arguments shared by `aggregate` and `plot`."""
-    p.add_argument("path", help="an experiment folder (results/<experiment>), a folder of them, or the paper's published logs")
-    p.add_argument("--kind", choices=["auto", "runs", "paper"], default="auto", help="what PATH holds (default: detect)")
+    p.add_argument(
+        "path", help="an experiment folder (results/<experiment>), a folder of them, or the paper's published logs"
+    )
+    p.add_argument(
+        "--kind", choices=["auto", "runs", "paper"], default="auto", help="what PATH holds (default: detect)"
+    )
     p.add_argument("--experiment", action="append", help="only this experiment / published setting (repeatable)")
     p.add_argument("--baseline", help="baseline arm (default: the GRPO arm)")
     p.add_argument("--q", type=float, default=0.99, help="threshold T = q x the baseline's peak (default 0.99)")
@@ -94,7 +112,9 @@ def _analysis_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--out", default=out, help=f"output root (default: {out}/)")
 
 
-@subcommand("aggregate", "time-to-peak speedups with bootstrap CIs, curves and step times -> <out>/<experiment>/summary/")
+@subcommand(
+    "aggregate", "time-to-peak speedups with bootstrap CIs, curves and step times -> <out>/<experiment>/summary/"
+)
 def _aggregate(p: argparse.ArgumentParser):
     _analysis_arguments(p, out="results")
     p.add_argument("--bootstrap", type=int, default=9999, help="bootstrap resamples (0: no CIs)")
@@ -119,11 +139,17 @@ def _plot(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
-@subcommand("pretrain", "build the warm-started tiny smoke model (reused if OUT already holds one with the same settings)")
+@subcommand(
+    "pretrain", "build the warm-started tiny smoke model (reused if OUT already holds one with the same settings)"
+)
 def _pretrain(p: argparse.ArgumentParser):
     p.add_argument("--out", required=True, help="model folder to write (a Hugging Face folder + pretrain.json)")
-    p.add_argument("--steps", type=int, help="optimizer steps (default: the smoke recipe's, see pods_bench/pretrain.py)")
-    p.add_argument("--seconds", type=float, help="wall-clock cap on training; stops at steps or seconds, whichever first")
+    p.add_argument(
+        "--steps", type=int, help="optimizer steps (default: the smoke recipe's, see pods_bench/pretrain.py)"
+    )
+    p.add_argument(
+        "--seconds", type=float, help="wall-clock cap on training; stops at steps or seconds, whichever first"
+    )
     p.add_argument("--seed", type=int, help="initialisation and data-order seed (default 0)")
 
     def handler(args):

@@ -64,7 +64,10 @@ class TaskConfig:
 
     def __post_init__(self):
         _require(self.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
-        _require(self.math_gold == "balanced" or self.name == "math", f"config key task.math_gold: 'released' applies to task math only, not {self.name!r}")
+        _require(
+            self.math_gold == "balanced" or self.name == "math",
+            f"config key task.math_gold: 'released' applies to task math only, not {self.name!r}",
+        )
         _require(self.limit is None or self.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
 
 
@@ -99,10 +102,19 @@ class SelectionConfig:
     scale_advantage_by_std: bool = True  # GRPO's (r - mean) / (std + eps); False: r - mean (Dr. GRPO)
 
     def __post_init__(self):
-        _require(self.n >= 2, f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {self.n}")
-        _require(self.groups_per_prompt >= 1, f"config key selection.groups_per_prompt must be >= 1, got {self.groups_per_prompt}")
+        _require(
+            self.n >= 2,
+            f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {self.n}",
+        )
+        _require(
+            self.groups_per_prompt >= 1,
+            f"config key selection.groups_per_prompt must be >= 1, got {self.groups_per_prompt}",
+        )
         _require(self.m <= self.n, f"config key selection.m ({self.m}) must be <= selection.n ({self.n})")
-        _require(self.m >= 2, f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {self.m}")
+        _require(
+            self.m >= 2,
+            f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {self.m}",
+        )
 
 
 @dataclass
@@ -169,10 +181,16 @@ class BudgetConfig:
 
     def __post_init__(self):
         # "set max_train_time_s or max_steps" is validate's: the default leaves both unset
-        _require(self.max_train_time_s is None or self.max_train_time_s > 0, "config key budget.max_train_time_s must be > 0")
+        _require(
+            self.max_train_time_s is None or self.max_train_time_s > 0,
+            "config key budget.max_train_time_s must be > 0",
+        )
         _require(self.max_steps is None or self.max_steps >= 0, "config key budget.max_steps must be >= 0")
         _require(self.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
-        _require(self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 1, "config key budget.checkpoint_every_steps must be >= 1 (or null)")
+        _require(
+            self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 1,
+            "config key budget.checkpoint_every_steps must be >= 1 (or null)",
+        )
 
 
 @dataclass
@@ -196,9 +214,15 @@ class EvalConfig:
     keep_checkpoints: Literal["all", "last"] = "all"  # "last": delete evaluated checkpoints but the newest
 
     def __post_init__(self):
-        _require(self.n_problems is None or self.n_problems >= 1, "config key eval.n_problems must be >= 1 (or null for all)")
+        _require(
+            self.n_problems is None or self.n_problems >= 1,
+            "config key eval.n_problems must be >= 1 (or null for all)",
+        )
         _require(self.repeats >= 1, "config key eval.repeats must be >= 1")
-        _require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "config key eval.max_prompt_tokens must be >= 1 (or null for all)")
+        _require(
+            self.max_prompt_tokens is None or self.max_prompt_tokens >= 1,
+            "config key eval.max_prompt_tokens must be >= 1 (or null for all)",
+        )
         _require(self.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
         check_distribution("eval", self)  # the checks SamplingConfig makes of the same parameters
 
@@ -228,7 +252,10 @@ class TrainConfig:
         _require(self.seed >= 0, f"config key seed must be >= 0, got {self.seed}")
         _require(self.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
         # SamplingConfig allows greedy (evaluation samples with it too); training rollouts may not be
-        _require(self.sampling.temperature > 0, "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)")
+        _require(
+            self.sampling.temperature > 0,
+            "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)",
+        )
 
     @property
     def run_dir(self) -> Path:
@@ -425,23 +452,40 @@ def validate(cfg: TrainConfig) -> None:
     from pods_bench.tasks.prompts import PROMPT_STYLES
 
     s = cfg.selection
-    _require(s.rule in SELECTION_RULES, f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}")
+    _require(
+        s.rule in SELECTION_RULES,
+        f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}",
+    )
     try:  # the rule's own constraints (e.g. "all" needs m == n)
         select(s.rule, torch.zeros(1, s.n), s.m)
     except PodsBenchError as e:
         raise PodsBenchError(f"config key selection.m: {e}") from None
-    _require(cfg.engine.name in ENGINES, f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}")
-    for key, name in [("task.name", cfg.task.name)] + [(f"eval.benchmarks[{i}]", b) for i, b in enumerate(cfg.eval.benchmarks)]:
+    _require(
+        cfg.engine.name in ENGINES,
+        f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}",
+    )
+    for key, name in [("task.name", cfg.task.name)] + [
+        (f"eval.benchmarks[{i}]", b) for i, b in enumerate(cfg.eval.benchmarks)
+    ]:
         try:
             get_task(name)
         except PodsBenchError as e:
             raise PodsBenchError(f"config key {key}: {e}") from None
-    _require(cfg.task.prompt_style in PROMPT_STYLES, f"config key task.prompt_style: unknown style {cfg.task.prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}")
-    _require(cfg.optim.schedule != "cosine" or cfg.budget.max_steps is not None, "config key optim.schedule: cosine decays over budget.max_steps, which is not set")
+    _require(
+        cfg.task.prompt_style in PROMPT_STYLES,
+        f"config key task.prompt_style: unknown style {cfg.task.prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}",
+    )
+    _require(
+        cfg.optim.schedule != "cosine" or cfg.budget.max_steps is not None,
+        "config key optim.schedule: cosine decays over budget.max_steps, which is not set",
+    )
     _require(
         cfg.lora.enabled or cfg.model.dtype == "float32",
         f"config key model.dtype: full fine-tuning keeps float32 master weights (AdamW steps of ~lr round away "
         f"in {cfg.model.dtype}); set model.dtype=float32 and model.mixed_precision=bf16 for bf16 compute",
     )
     b = cfg.budget
-    _require(b.max_train_time_s is not None or b.max_steps is not None, "config key budget: set max_train_time_s or max_steps")
+    _require(
+        b.max_train_time_s is not None or b.max_steps is not None,
+        "config key budget: set max_train_time_s or max_steps",
+    )

@@ -47,7 +47,9 @@ def load_benchmarks(cfg, tokenizer) -> list[Benchmark]:
         if cfg.eval.max_prompt_tokens is not None:  # the paper scored only prompts of <= 512 tokens
             kept, _ = filter_by_prompt_length(prompts, tokenizer, cfg.eval.max_prompt_tokens)
             if not kept:
-                raise PodsBenchError(f"no prompt of benchmark {name!r} fits eval.max_prompt_tokens={cfg.eval.max_prompt_tokens}")
+                raise PodsBenchError(
+                    f"no prompt of benchmark {name!r} fits eval.max_prompt_tokens={cfg.eval.max_prompt_tokens}"
+                )
             problems, prompts = [problems[i] for i in kept], [prompts[i] for i in kept]
         benchmarks.append(Benchmark(name, problems, prompts))
     return benchmarks
@@ -89,7 +91,9 @@ def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, re
                     "correct": bool(ok),
                     "format_ok": bool(fmt),
                 }
-                for p, text, ok, fmt, _ in zip(benchmark.problems, texts, correct, formatted, range(eval_cfg.n_examples))
+                for p, text, ok, fmt, _ in zip(
+                    benchmark.problems, texts, correct, formatted, range(eval_cfg.n_examples)
+                )
             ]
     return {
         "benchmark": benchmark.name,
@@ -142,7 +146,9 @@ def append_eval_records(run_dir: str | Path, records: list[dict]) -> int:
     return len(new)
 
 
-def evaluate_missing(run_dir: str | Path, checkpoint: Path, engine, benchmarks: list[Benchmark], cfg, reward_fn) -> int:
+def evaluate_missing(
+    run_dir: str | Path, checkpoint: Path, engine, benchmarks: list[Benchmark], cfg, reward_fn
+) -> int:
     """Evaluate the policy the engine samples from, saved as `checkpoint`, on the benchmarks that
     checkpoint has no record for yet (after a crash in the middle of writing its records, only the
     rest), append the records and prune if asked. Returns the number of records written."""

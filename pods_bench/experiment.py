@@ -101,8 +101,9 @@ def hardware_setup(name: str, hardware_file: str | Path = HARDWARE_FILE) -> dict
     """Setup `name` of config/hardware.yaml."""
     setups = yaml.safe_load(Path(hardware_file).read_text(encoding="utf-8"))
     if name not in setups:
-        raise PodsBenchError(f"config key hardware: unknown setup {name!r}; "
-                             f"choose from {', '.join(setups)} (config/hardware.yaml)")
+        raise PodsBenchError(
+            f"config key hardware: unknown setup {name!r}; choose from {', '.join(setups)} (config/hardware.yaml)"
+        )
     return setups[name]
 
 
@@ -137,7 +138,9 @@ def merge(base: dict, update: dict) -> dict:
     """`update` merged into `base`, mappings key by key."""
     merged = dict(base)
     for key, value in update.items():
-        merged[key] = merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        merged[key] = (
+            merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged
 
 
@@ -162,7 +165,9 @@ def _train_base(config: dict, root: Path) -> dict:
     try:
         base = yaml.safe_load((root / config["train_base"]).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
-        raise PodsBenchError(f"config key train_base: cannot read {config['train_base']} ({str(e).splitlines()[0]})") from None
+        raise PodsBenchError(
+            f"config key train_base: cannot read {config['train_base']} ({str(e).splitlines()[0]})"
+        ) from None
     if not isinstance(base, dict):
         raise PodsBenchError(f"config key train_base: {config['train_base']} must hold a mapping of trainer settings")
     reject_workflow_keys(flatten(base), f"{config['train_base']}: ")
@@ -243,7 +248,9 @@ def job_resources(rule: str, hardware: dict, resources: dict, arm_config=None) -
     else:  # training: the time budget, slowed down by the hardware's factor, plus start-up
         budget_s = arm_config.budget.max_train_time_s
         if budget_s is None:
-            raise PodsBenchError(f"config key resources.{rule}.runtime_min is needed: the budget has no max_train_time_s")
+            raise PodsBenchError(
+                f"config key resources.{rule}.runtime_min is needed: the budget has no max_train_time_s"
+            )
         runtime = math.ceil(budget_s / 60 * spec["runtime_factor"] + spec["runtime_overhead_min"])
     job = {"mem_mb": spec["mem_mb"], "runtime": runtime, "cpus_per_task": spec["cpus"], "gpu": spec["gpu"]}
     if spec["gpu"] and hardware.get("gpu_model"):
@@ -255,8 +262,12 @@ def train_launcher(hardware: dict, arm_config, root: Path = ROOT) -> str:
     """One process, or the distributed engine (`accelerate launch`) with the setup's process count."""
     if hardware["processes"] <= 1:
         return PODS_BENCH
-    flags = [f"--num_processes {hardware['processes']}", "--num_machines 1",
-             f"--mixed_precision {arm_config.model.mixed_precision}", "--dynamo_backend no"]
+    flags = [
+        f"--num_processes {hardware['processes']}",
+        "--num_machines 1",
+        f"--mixed_precision {arm_config.model.mixed_precision}",
+        "--dynamo_backend no",
+    ]
     if hardware.get("accelerate_config"):
         flags.insert(0, f"--config_file {Path(root) / hardware['accelerate_config']}")
     else:  # torchrun's launcher; with device cpu the processes join a gloo group

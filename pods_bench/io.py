@@ -12,9 +12,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint

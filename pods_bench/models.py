@@ -76,9 +76,7 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer, seed: int = 0):
 
     config_classes = {"llama": LlamaConfig, "qwen3": Qwen3Config}
     if cfg.architecture not in config_classes:
-        raise PodsBenchError(
-            f"tiny model architecture {cfg.architecture!r} is not one of {sorted(config_classes)}"
-        )
+        raise PodsBenchError(f"tiny model architecture {cfg.architecture!r} is not one of {sorted(config_classes)}")
     hf_config = config_classes[cfg.architecture](
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,

@@ -92,7 +92,11 @@ def settings_hash(cfg: PretrainConfig, problems: list, tokenizer) -> str:
     """Identifies a finished model: the settings, the recipe version, every training problem and
     one rendered prompt (so a change of the task's problems or of the prompt template rebuilds)."""
     digest = hashlib.sha256()
-    for text in [json.dumps(asdict(cfg), sort_keys=True), str(PRETRAIN_FORMAT), render_prompt(cfg, problems[0], tokenizer)]:
+    for text in [
+        json.dumps(asdict(cfg), sort_keys=True),
+        str(PRETRAIN_FORMAT),
+        render_prompt(cfg, problems[0], tokenizer),
+    ]:
         digest.update(text.encode() + b"\0")
     for p in problems:
         digest.update(f"{p.question}\0{p.solution}\0{p.gold}\0".encode())

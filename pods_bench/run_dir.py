@@ -12,7 +12,7 @@ start and end of a run's record. docs/results-format.md describes the same files
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pods_bench.errors import PodsBenchError
@@ -35,7 +35,7 @@ def phase_field(phase: str) -> str:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def load_run_json(path: str | Path) -> dict | None:

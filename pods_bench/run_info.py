@@ -61,7 +61,9 @@ def hardware(world_size: int = 1) -> dict:
     import torch
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    gpus = (
+        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    )
     threads = torch.get_num_threads()
     if gpus:  # one GPU per process
         label = f"{world_size}\u00d7{gpus[0]}" if world_size > 1 else gpus[0]
@@ -84,9 +86,12 @@ def git_commit() -> dict | None:
     """Commit (and whether the tree has local changes) of the checkout the package runs from."""
     root = Path(__file__).resolve().parents[1]
     try:
-        run = lambda *args: subprocess.run(  # noqa: E731
+        run = lambda *args: subprocess.run(
             ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
-        return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+        return {
+            "commit": run("rev-parse", "HEAD"),
+            "dirty": bool(run("status", "--porcelain", "--untracked-files=no")),
+        }
     except (OSError, subprocess.SubprocessError):
         return None

@@ -19,7 +19,7 @@ exactly as a stable sort orders them, so the same rewards always give the same i
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -75,7 +75,7 @@ def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = No
     low, high = low - mid, high - mid
     # Split j = m - k keeps low[:, :j] and high[:, j:] (disjoint since j + k = m <= n):
     #   S(j) = sum(high) + sum_{i<j} (low_i - high_i),   Q(j) likewise with squares.
-    prefix_sums = lambda x: F.pad(x.cumsum(1), (1, 0))  # noqa: E731  [0, x_0, x_0 + x_1, ...]
+    prefix_sums = lambda x: F.pad(x.cumsum(1), (1, 0))  # [0, x_0, x_0 + x_1, ...]
     S = high.sum(1, keepdim=True) + prefix_sums(low - high)  # (P, m+1)
     Q = high.square().sum(1, keepdim=True) + prefix_sums(low.square() - high.square())
     score = m * Q - S * S  # = m^2 * population variance of the kept m; same argmax as unbiased

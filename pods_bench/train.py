@@ -73,7 +73,9 @@ def load_training_prompts(cfg: TrainConfig, tokenizer):
     prompts = render_prompts(problems, tokenizer, cfg.task)
     kept, dropped = filter_by_prompt_length(prompts, tokenizer, cfg.task.max_prompt_tokens)
     if not kept:
-        raise PodsBenchError(f"no prompt of task {cfg.task.name!r} fits task.max_prompt_tokens={cfg.task.max_prompt_tokens}")
+        raise PodsBenchError(
+            f"no prompt of task {cfg.task.name!r} fits task.max_prompt_tokens={cfg.task.max_prompt_tokens}"
+        )
     return [problems[i] for i in kept], [prompts[i] for i in kept], dropped
 
 
@@ -125,7 +127,7 @@ def pack(sequences: list[KeptRollout], pad_id: int, device) -> dict[str, torch.T
         mask.append([0] * left + [1] * (len(s.prompt_ids) + len(s.completion_ids)) + [0] * right)
         completion.append(s.completion_ids + [pad_id] * right)
         completion_mask.append([1] * len(s.completion_ids) + [0] * right)
-    tensor = lambda x, dtype=torch.long: torch.tensor(x, dtype=dtype, device=device)  # noqa: E731
+    tensor = lambda x, dtype=torch.long: torch.tensor(x, dtype=dtype, device=device)
     return {
         "input_ids": tensor(ids),
         "attention_mask": tensor(mask),
@@ -227,8 +229,6 @@ def timed(times: dict, phase: str, device):
     times[phase] = times.get(phase, 0.0) + time.perf_counter() - started
 
 
-
-
 # --- the update ----------------------------------------------------------------------------------
 
 
@@ -257,8 +257,10 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
     temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
     size = cfg.optim.micro_batch_size
     micro = [pack(sequences[i : i + size], learner.pad_id, accelerator.device) for i in range(0, len(sequences), size)]
-    counts = all_reduce({"seqs": len(sequences), "tokens": sum(len(s.completion_ids) for s in sequences),
-                         "micro": len(micro)}, accelerator)
+    counts = all_reduce(
+        {"seqs": len(sequences), "tokens": sum(len(s.completion_ids) for s in sequences), "micro": len(micro)},
+        accelerator,
+    )
     n_micro = int(all_reduce({"micro": len(micro)}, accelerator, op="max")["micro"])
     stats = {"loss": 0.0, "grad_norm": 0.0, "kl_sum": 0.0, "clipped": 0.0, "lr": scheduler.get_last_lr()[0]}
     if counts["seqs"] == 0:  # every prompt filtered out on every process: nothing to learn from
@@ -266,7 +268,9 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
     divide_by = normaliser(cfg.loss.aggregation, counts["seqs"], counts["tokens"], counts["micro"]) / world
     model.train()
     beta, updates = cfg.loss.beta, cfg.optim.updates_per_batch
-    ref_logps = [reference_logprobs(learner.policy, learner.ref_model, b, temperature) for b in micro] if beta > 0 else None
+    ref_logps = (
+        [reference_logprobs(learner.policy, learner.ref_model, b, temperature) for b in micro] if beta > 0 else None
+    )
     old_logps = None
     if updates > 1:  # pi_old stays fixed while the policy takes several steps
         with torch.no_grad():
@@ -380,13 +384,22 @@ def keep_rollouts(rewards: torch.Tensor, rollouts, cfg: TrainConfig, generator: 
 def step_sums(rewards: torch.Tensor, kept: Kept, rollouts, graded, update: dict) -> dict[str, float]:
     """This process's share of the step's statistics, as sums (all-reduced into `step_record`)."""
     return {
-        "rollouts": rewards.numel(), "reward_sum": float(rewards.sum()), "reward_sq": float((rewards**2).sum()),
-        "kept": kept.rewards.numel(), "kept_sum": float(kept.rewards.sum()), "kept_sq": float((kept.rewards**2).sum()),
-        "zero_variance": float((~kept.informative).sum()), "groups_kept": kept.groups,
-        "generated_tokens": rollouts.generated_tokens, "trained_tokens": sum(len(s.completion_ids) for s in kept.sequences),
-        "correct": float(graded.correctness.sum()), "format": float(graded.format.sum()),
+        "rollouts": rewards.numel(),
+        "reward_sum": float(rewards.sum()),
+        "reward_sq": float((rewards**2).sum()),
+        "kept": kept.rewards.numel(),
+        "kept_sum": float(kept.rewards.sum()),
+        "kept_sq": float((kept.rewards**2).sum()),
+        "zero_variance": float((~kept.informative).sum()),
+        "groups_kept": kept.groups,
+        "generated_tokens": rollouts.generated_tokens,
+        "trained_tokens": sum(len(s.completion_ids) for s in kept.sequences),
+        "correct": float(graded.correctness.sum()),
+        "format": float(graded.format.sum()),
         "reward_failures": graded.n_timeouts + graded.n_errors,
-        "loss": update["loss"], "kl_sum": update["kl_sum"], "clipped": update["clipped"],
+        "loss": update["loss"],
+        "kl_sum": update["kl_sum"],
+        "clipped": update["clipped"],
     }
 
 
@@ -397,7 +410,7 @@ def _mean_std(count: float, total: float, squares: float):
     return mean, math.sqrt(max(0.0, squares / count - mean**2))
 
 
-def step_record(cfg: TrainConfig, progress: "Progress", phase_times: dict, sums: dict, update: dict) -> dict:
+def step_record(cfg: TrainConfig, progress: Progress, phase_times: dict, sums: dict, update: dict) -> dict:
     """One train_log.jsonl line (fields: docs/results-format.md) from the all-reduced sums."""
     reward_mean, reward_std = _mean_std(sums["rollouts"], sums["reward_sum"], sums["reward_sq"])
     kept_mean, kept_std = _mean_std(sums["kept"], sums["kept_sum"], sums["kept_sq"])
@@ -447,7 +460,9 @@ class Progress:
     def checkpoint_due(self, cfg: TrainConfig) -> bool:
         """Each time the clock passes a multiple of checkpoint_every_s (and every checkpoint_every_steps steps)."""
         every, every_steps = cfg.budget.checkpoint_every_s, cfg.budget.checkpoint_every_steps
-        return self.clock // every > self.checkpoint_clock // every or bool(every_steps and self.step % every_steps == 0)
+        return self.clock // every > self.checkpoint_clock // every or bool(
+            every_steps and self.step % every_steps == 0
+        )
 
     def budget_reached(self, cfg: TrainConfig) -> str | None:
         if cfg.budget.max_steps is not None and self.step >= cfg.budget.max_steps:
@@ -505,9 +520,14 @@ def progress_bar(cfg: TrainConfig, progress: Progress, show: bool):
 
     by_steps = cfg.budget.max_steps is not None
     total = cfg.budget.max_steps if by_steps else cfg.budget.max_train_time_s
-    return tqdm(total=total, initial=progress.step if by_steps else min(progress.clock, total), disable=not show,
-                unit="step" if by_steps else "s", dynamic_ncols=True,
-                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]")
+    return tqdm(
+        total=total,
+        initial=progress.step if by_steps else min(progress.clock, total),
+        disable=not show,
+        unit="step" if by_steps else "s",
+        dynamic_ncols=True,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]",
+    )
 
 
 # --- the loop ------------------------------------------------------------------------------------
@@ -591,8 +611,10 @@ def make_accelerator(cfg: TrainConfig):
     if cfg.device == "cuda" and accelerator.device.type != "cuda":
         raise PodsBenchError("config key device is 'cuda' but no GPU is visible")
     if cfg.prompts_per_step % accelerator.num_processes:
-        raise PodsBenchError(f"config key prompts_per_step ({cfg.prompts_per_step}) must be a multiple of the "
-                             f"number of processes ({accelerator.num_processes})")
+        raise PodsBenchError(
+            f"config key prompts_per_step ({cfg.prompts_per_step}) must be a multiple of the "
+            f"number of processes ({accelerator.num_processes})"
+        )
     return accelerator
 
 
@@ -662,8 +684,14 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     if main:
         open_run_folder(cfg, resume_from, p.step, lock)
         hardware = {**run_info.hardware(accelerator.num_processes), "mixed_precision": accelerator.mixed_precision}
-        run_folder.start_run(cfg, previous, resume_from, p.step, p.clock, {
-            "hardware": hardware, "train_prompts": len(run.problems), "train_prompts_dropped_too_long": n_dropped})
+        run_folder.start_run(
+            cfg,
+            previous,
+            resume_from,
+            p.step,
+            p.clock,
+            {"hardware": hardware, "train_prompts": len(run.problems), "train_prompts_dropped_too_long": n_dropped},
+        )
     accelerator.wait_for_everyone()
 
     bar = progress_bar(cfg, p, progress and main)
@@ -678,7 +706,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             record = train_step(run, stream)
             if main:
                 append_jsonl(cfg.run_dir / TRAIN_LOG, [record])
-                bar.set_postfix(step=p.step, clock=f"{p.clock:.1f}s", reward=f"{record['reward_mean']:.3f}", refresh=False)
+                bar.set_postfix(
+                    step=p.step, clock=f"{p.clock:.1f}s", reward=f"{record['reward_mean']:.3f}", refresh=False
+                )
                 bar.update(1 if cfg.budget.max_steps is not None else min(p.clock, bar.total) - bar.n)
             if p.checkpoint_due(cfg):
                 run.checkpoint_and_evaluate()

@@ -94,8 +94,13 @@ def single_gpu_log(curve: list[float], steps_per_checkpoint: int, rng) -> dict:
         block = {}
         for bench, n in SIZES.items():
             ans = [round(float(np.clip(acc + rng.normal(0, 0.01), 0, 1)) * n) / n for _ in range(5)]
-            block[bench] = {"ans_acc": ans, "for_acc": [0.9] * 5, "both_acc": [a * 0.9 for a in ans],
-                            "lengths": [200.0 + i] * 5, "examples": [{"prompt": "q", "completion": "a"}]}
+            block[bench] = {
+                "ans_acc": ans,
+                "for_acc": [0.9] * 5,
+                "both_acc": [a * 0.9 for a in ans],
+                "lengths": [200.0 + i] * 5,
+                "examples": [{"prompt": "q", "completion": "a"}],
+            }
         log[f"checkpoint-{i * steps_per_checkpoint}"] = block
     return log
 
@@ -117,20 +122,46 @@ def full_folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("published") / "results"
     folder.mkdir()
     rng = np.random.default_rng(0)
-    rising = [0.70, 0.75, 0.78, 0.80, 0.81, 0.81, 0.81, 0.81, 0.81, 0.81, 0.81, 0.81, 0.81, 0.81]  # 14 > 12 checkpoints
-    for name, shift in [("GSM8K-512-16-16", -0.02), ("GSM8K-512-64-16", 0.0), ("GSM8K-512-64-8", -0.01),
-                        ("GSM8K-MaxR-512-64-16", -0.03), ("GSM8K-Rand-512-64-16", -0.015),
-                        ("GSM8K-512-256-16", 0.0), ("MATH-NF-512-8-8", -0.4), ("MATH-NF-512-32-8", -0.38),
-                        ("Llama-512-16-16-0.04", -0.1), ("Llama-512-64-16-0.04", -0.08),
-                        ("GSM8K-512-64-16-1e-5", 0.0)]:
+    rising = [
+        0.70,
+        0.75,
+        0.78,
+        0.80,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+        0.81,
+    ]  # 14 > 12 checkpoints
+    for name, shift in [
+        ("GSM8K-512-16-16", -0.02),
+        ("GSM8K-512-64-16", 0.0),
+        ("GSM8K-512-64-8", -0.01),
+        ("GSM8K-MaxR-512-64-16", -0.03),
+        ("GSM8K-Rand-512-64-16", -0.015),
+        ("GSM8K-512-256-16", 0.0),
+        ("MATH-NF-512-8-8", -0.4),
+        ("MATH-NF-512-32-8", -0.38),
+        ("Llama-512-16-16-0.04", -0.1),
+        ("Llama-512-64-16-0.04", -0.08),
+        ("GSM8K-512-64-16-1e-5", 0.0),
+    ]:
         for seed in (1, 2):
             log = single_gpu_log([a + shift for a in rising], 100, rng)
             (folder / f"Instruct-{name}-Run{seed}.json").write_text(json.dumps(log))
     for base in ("base-qwen.json", "base-llama.json"):
         (folder / base).write_text(json.dumps(single_gpu_log([0.5], 0, rng)["checkpoint-0"]))
     for prefix, family in (("a100s", "GR7B"), ("h100s", "GRPO")):
-        runs = {f"{family}-s{s}-p8-n{n}-m32-ga{ga}": [min(0.85, 0.05 * (i + 1) * (n / 32) ** 0.5) for i in range(20)]
-                for s in (1, 2) for n, ga in ((32, 16), (128, 4))}
+        runs = {
+            f"{family}-s{s}-p8-n{n}-m32-ga{ga}": [min(0.85, 0.05 * (i + 1) * (n / 32) ** 0.5) for i in range(20)]
+            for s in (1, 2)
+            for n, ga in ((32, 16), (128, 4))
+        }
         write_export(folder / f"{prefix}-acc.csv", runs, "eval/rewards/accuracy_reward/mean")
         write_export(folder / f"{prefix}-length.csv", {k: [300.0] * 20 for k in runs}, "eval/completions/mean_length")
     return folder.parent
@@ -145,11 +176,23 @@ def test_every_published_setting_and_format_loads(full):
     experiments, warnings = full
     assert warnings == []
     by_name = {e.name: e for e in experiments}
-    assert sorted(by_name) == ["a100-gsm8k", "gsm8k-l40s-llama", "gsm8k-l40s-qwen", "gsm8k-l40s-qwen-1e-5",
-                               "h100-gsm8k", "math-l40s-qwen"]
+    assert sorted(by_name) == [
+        "a100-gsm8k",
+        "gsm8k-l40s-llama",
+        "gsm8k-l40s-qwen",
+        "gsm8k-l40s-qwen-1e-5",
+        "h100-gsm8k",
+        "math-l40s-qwen",
+    ]
     qwen = by_name["gsm8k-l40s-qwen"]
-    assert qwen.arm_names == ["GRPO", "PODS n=64 m=16", "PODS n=64 m=8", "PODS n=256 m=16",
-                              "PODS-MaxR n=64 m=16", "PODS-Rand n=64 m=16"]
+    assert qwen.arm_names == [
+        "GRPO",
+        "PODS n=64 m=16",
+        "PODS n=64 m=8",
+        "PODS n=256 m=16",
+        "PODS-MaxR n=64 m=16",
+        "PODS-Rand n=64 m=16",
+    ]
     assert dict(zip(qwen.arms["arm"], qwen.arms["rule"]))["PODS-Rand n=64 m=16"] == "random"
     assert qwen.evals["time_s"].max() == 6 * 3600  # checkpoints past the 6 h budget are left out
     llama = by_name["gsm8k-l40s-llama"]
@@ -180,13 +223,18 @@ def test_multi_gpu_runs_without_all_of_accuracy_step_and_length_are_dropped(tmp_
     # as the paper's plot scripts (seeds with accuracy & _step & length); the A100 export has such runs
     folder = tmp_path / "results"
     folder.mkdir()
-    runs = {f"GR7B-s{s}-p8-n{n}-m32-ga{ga}": [min(0.85, 0.05 * (i + 1) * (n / 32) ** 0.5) for i in range(20)]
-            for s in (1, 2, 3) for n, ga in ((32, 16), (128, 4))}
+    runs = {
+        f"GR7B-s{s}-p8-n{n}-m32-ga{ga}": [min(0.85, 0.05 * (i + 1) * (n / 32) ** 0.5) for i in range(20)]
+        for s in (1, 2, 3)
+        for n, ga in ((32, 16), (128, 4))
+    }
     no_length, no_acc, no_length_step = "GR7B-s2-p8-n32-m32-ga16", "GR7B-s3-p8-n32-m32-ga16", "GR7B-s1-p8-n128-m32-ga4"
-    write_export(folder / "a100s-acc.csv", {k: v for k, v in runs.items() if k != no_acc},
-                 "eval/rewards/accuracy_reward/mean")
-    write_export(folder / "a100s-length.csv", {k: [300.0] * 20 for k in runs if k != no_length},
-                 "eval/completions/mean_length")
+    write_export(
+        folder / "a100s-acc.csv", {k: v for k, v in runs.items() if k != no_acc}, "eval/rewards/accuracy_reward/mean"
+    )
+    write_export(
+        folder / "a100s-length.csv", {k: [300.0] * 20 for k in runs if k != no_length}, "eval/completions/mean_length"
+    )
     length = pd.read_csv(folder / "a100s-length.csv")
     length.drop(columns=[f"data/{no_length_step} - _step"]).to_csv(folder / "a100s-length.csv", index=False)
     experiments, warnings = load_experiments(tmp_path, progress=False)
@@ -195,8 +243,10 @@ def test_multi_gpu_runs_without_all_of_accuracy_step_and_length_are_dropped(tmp_
     assert sorted(evals[evals["arm"] == "PODS n=128 m=32"]["seed"].unique()) == [1, 2, 3]
     assert len(warnings) == 2
     assert f"run {no_length} skipped (no eval/completions/mean_length in a100s-length.csv;" in warnings[0]
-    assert f"run {no_acc} skipped (no eval/rewards/accuracy_reward/mean in a100s-acc.csv, " \
-           "no _step in a100s-acc.csv;" in warnings[1]
+    assert (
+        f"run {no_acc} skipped (no eval/rewards/accuracy_reward/mean in a100s-acc.csv, "
+        "no _step in a100s-acc.csv;" in warnings[1]
+    )
     # the length file's own _step is not needed: those rows take the accuracy file's steps
     kept = evals[evals["seed"] == 1].set_index(["arm", "metric", "time_s"])["step"]
     assert kept.loc["PODS n=128 m=32", "mean_length"].equals(kept.loc["PODS n=128 m=32", "answer_acc"])

@@ -28,27 +28,69 @@ JITTER = {0: -0.2, 1: 0.0, 2: 0.2}  # checkpoints fire a little early or late; t
 def write_run(experiment: Path, arm: str, seed: int) -> Path:
     folder = experiment / "runs" / arm / f"seed{seed}"
     n, m = N_M[arm]
-    atomic_write_json(folder / "run.json", {
-        "experiment": experiment.name, "arm": arm, "seed": seed,
-        "config": {"selection": {"rule": "max_variance" if n > m else "all", "n": n, "m": m},
-                   "budget": {"checkpoint_every_s": 10.0}},
-        "versions": {"pods-bench": "0.1.0"},
-        "hardware": {"label": "Test CPU (2 threads)", "cpu": "Test CPU", "torch_threads": 2, "gpus": []},
-        "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:01:00", "status": "finished"})
+    atomic_write_json(
+        folder / "run.json",
+        {
+            "experiment": experiment.name,
+            "arm": arm,
+            "seed": seed,
+            "config": {
+                "selection": {"rule": "max_variance" if n > m else "all", "n": n, "m": m},
+                "budget": {"checkpoint_every_s": 10.0},
+            },
+            "versions": {"pods-bench": "0.1.0"},
+            "hardware": {"label": "Test CPU (2 threads)", "cpu": "Test CPU", "torch_threads": 2, "gpus": []},
+            "started_at": "2025-01-01T00:00:00",
+            "finished_at": "2025-01-01T00:01:00",
+            "status": "finished",
+        },
+    )
     step_s = sum(PHASE_SECONDS[arm].values()) + 0.03  # 0.03 s per step not in any phase
     steps = int(55 / step_s)
-    append_jsonl(folder / "train_log.jsonl", [
-        dict(step=s, train_time_s=s * step_s, **PHASE_SECONDS[arm], prompts=8, n=n, m=m, generated_tokens=8 * n * 20,
-             trained_tokens=8 * m * 20, reward_mean=0.5, reward_std=0.3, reward_mean_kept=0.5, reward_std_kept=0.4,
-             zero_variance_frac=0.1, completion_len_mean=20.0, loss=0.1, grad_norm=1.0, lr=1e-4)
-        for s in range(1, steps + 1)])
+    append_jsonl(
+        folder / "train_log.jsonl",
+        [
+            dict(
+                step=s,
+                train_time_s=s * step_s,
+                **PHASE_SECONDS[arm],
+                prompts=8,
+                n=n,
+                m=m,
+                generated_tokens=8 * n * 20,
+                trained_tokens=8 * m * 20,
+                reward_mean=0.5,
+                reward_std=0.3,
+                reward_mean_kept=0.5,
+                reward_std_kept=0.4,
+                zero_variance_frac=0.1,
+                completion_len_mean=20.0,
+                loss=0.1,
+                grad_norm=1.0,
+                lr=1e-4,
+            )
+            for s in range(1, steps + 1)
+        ],
+    )
     evals = []
     for k, acc in enumerate(CURVES[arm]):
         t = 0.0 if k == 0 else 10.0 * k + JITTER[seed]
         step = round(t / step_s)
-        evals.append(dict(checkpoint=f"step-{step:06d}", step=step, train_time_s=t, benchmark="arith", n_problems=200,
-                          repeats=2, answer_acc=[acc, acc], format_acc=[1.0, 1.0], both_acc=[acc, acc],
-                          mean_length=[20.0 - k, 20.0 - k], examples=[{"question": "Q:1+2-1=", "completion": "A:2"}]))
+        evals.append(
+            dict(
+                checkpoint=f"step-{step:06d}",
+                step=step,
+                train_time_s=t,
+                benchmark="arith",
+                n_problems=200,
+                repeats=2,
+                answer_acc=[acc, acc],
+                format_acc=[1.0, 1.0],
+                both_acc=[acc, acc],
+                mean_length=[20.0 - k, 20.0 - k],
+                examples=[{"question": "Q:1+2-1=", "completion": "A:2"}],
+            )
+        )
     append_jsonl(folder / "eval.jsonl", evals)
     return folder
 
@@ -159,8 +201,12 @@ def test_nothing_loadable_exits_2_with_one_stderr_line(tmp_path):
     (folder / "runs" / "grpo" / "seed0").mkdir(parents=True)
     (folder / "runs" / "grpo" / "seed0" / "run.json").write_text("{}")
     (folder / "runs" / "grpo" / "seed0" / "eval.jsonl").write_text('{"step": 0}\n{"step"\n')
-    result = subprocess.run([sys.executable, "-m", "pods_bench.cli", "aggregate", str(folder), "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pods_bench.cli", "aggregate", str(folder), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pods-bench: error: ") and "Traceback" not in result.stderr

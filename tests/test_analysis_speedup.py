@@ -20,18 +20,38 @@ def make_experiment(arms: dict[str, list[list[float]]], times=TIMES) -> Experime
         for seed, curve in enumerate(seeds):
             step_rows.append(dict(experiment="x", arm=arm, seed=seed, phase="total", seconds_per_step=1.0 + i))
             for t, v in zip(times, curve):
-                rows.append(dict(experiment="x", arm=arm, seed=seed, time_s=t, raw_time_s=t, step=int(t),
-                                 benchmark="arith", metric="answer_acc", value=v, n_repeats=1, n_problems=200))
-    return Experiment(name="x", evals=pd.DataFrame(rows, columns=EVAL_COLUMNS),
-                      step_times=pd.DataFrame(step_rows, columns=STEP_TIME_COLUMNS), arms=arm_table(arm_rows),
-                      hardware="test CPU", source="runs", default_benchmark="arith",
-                      default_baseline=next(iter(arms)))
+                rows.append(
+                    dict(
+                        experiment="x",
+                        arm=arm,
+                        seed=seed,
+                        time_s=t,
+                        raw_time_s=t,
+                        step=int(t),
+                        benchmark="arith",
+                        metric="answer_acc",
+                        value=v,
+                        n_repeats=1,
+                        n_problems=200,
+                    )
+                )
+    return Experiment(
+        name="x",
+        evals=pd.DataFrame(rows, columns=EVAL_COLUMNS),
+        step_times=pd.DataFrame(step_rows, columns=STEP_TIME_COLUMNS),
+        arms=arm_table(arm_rows),
+        hardware="test CPU",
+        source="runs",
+        default_benchmark="arith",
+        default_baseline=next(iter(arms)),
+    )
 
 
 def compare(arms, q=0.99, n_bootstrap=0, seed=0, **kw) -> pd.DataFrame:
     exp = make_experiment(arms, **kw)
-    return compare_arms(exp, exp.default_baseline, "arith", "answer_acc", q=q, n_bootstrap=n_bootstrap, seed=seed,
-                        progress=False).set_index("arm")
+    return compare_arms(
+        exp, exp.default_baseline, "arith", "answer_acc", q=q, n_bootstrap=n_bootstrap, seed=seed, progress=False
+    ).set_index("arm")
 
 
 BASE = [0.5, 0.6, 0.8, 0.9, 0.9]
@@ -111,8 +131,12 @@ def test_first_crossing_ignores_missing_checkpoints():
 
 
 SEEDS = {
-    "grpo": [[0.5, 0.6, 0.8, 0.9, 0.88], [0.5, 0.62, 0.78, 0.87, 0.9], [0.5, 0.58, 0.82, 0.88, 0.89],
-             [0.5, 0.65, 0.75, 0.86, 0.91]],
+    "grpo": [
+        [0.5, 0.6, 0.8, 0.9, 0.88],
+        [0.5, 0.62, 0.78, 0.87, 0.9],
+        [0.5, 0.58, 0.82, 0.88, 0.89],
+        [0.5, 0.65, 0.75, 0.86, 0.91],
+    ],
     "pods": [[0.5, 0.8, 0.9, 0.9, 0.9], [0.5, 0.75, 0.88, 0.91, 0.9], [0.5, 0.85, 0.87, 0.9, 0.92]],
 }
 
@@ -126,8 +150,10 @@ def test_bootstrap_is_seeded_and_contains_the_point_estimate():
     assert a["speedup_ci_low"] < a["speedup_ci_high"]  # seeds differ, so resamples do too
     assert a["n_bootstrap"] == 500
     other = compare(SEEDS, n_bootstrap=500, seed=4).loc["pods"]
-    assert (other["speedup_interp_ci_low"], other["speedup_interp_ci_high"]) != \
-        (a["speedup_interp_ci_low"], a["speedup_interp_ci_high"])
+    assert (other["speedup_interp_ci_low"], other["speedup_interp_ci_high"]) != (
+        a["speedup_interp_ci_low"],
+        a["speedup_interp_ci_high"],
+    )
 
 
 def test_bootstrap_recomputes_the_threshold_in_every_resample():

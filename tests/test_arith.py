@@ -90,7 +90,10 @@ def test_golds_verify_with_the_project_grader(splits):
     golds = [p.gold for p in test]
     with RewardFunction(RewardConfig(workers=0)) as reward:
         right = reward([p.solution for p in test], golds)
-        wrong = reward([re.sub(r"<answer>\d+</answer>", f"<answer>{int(p.gold) + 1}</answer>", p.solution) for p in test[:100]], golds[:100])
+        wrong = reward(
+            [re.sub(r"<answer>\d+</answer>", f"<answer>{int(p.gold) + 1}</answer>", p.solution) for p in test[:100]],
+            golds[:100],
+        )
     assert right.correctness.min() == 1 and right.format.min() == 1  # every worked solution is well-formed and right
     assert wrong.correctness.max() == 0  # and the grader does tell wrong answers apart
 
@@ -101,8 +104,13 @@ def test_prompts_and_completions_are_short(splits):
     _, test = splits
     tokenizer = build_char_tokenizer()
     cfg = PretrainConfig()
-    prompt_lengths = [len(ids) for ids in tokenizer([render_prompt(cfg, p, tokenizer) for p in test], add_special_tokens=False)["input_ids"]]
-    completion_lengths = [len(ids) + 1 for ids in tokenizer([p.solution for p in test], add_special_tokens=False)["input_ids"]]  # + EOS
+    prompt_lengths = [
+        len(ids)
+        for ids in tokenizer([render_prompt(cfg, p, tokenizer) for p in test], add_special_tokens=False)["input_ids"]
+    ]
+    completion_lengths = [
+        len(ids) + 1 for ids in tokenizer([p.solution for p in test], add_special_tokens=False)["input_ids"]
+    ]  # + EOS
     assert max(prompt_lengths) <= 100 and sum(prompt_lengths) / len(test) <= 80
     assert max(completion_lengths) <= SMOKE_MAX_NEW_TOKENS
 

@@ -31,12 +31,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --- 1. every writer is atomic -----------------------------------------------------------------
 
-WRITER_METHODS = {"write_text", "write_bytes", "to_csv", "to_parquet", "to_json", "savefig", "dump", "save", "save_pretrained", "save_file"}
+WRITER_METHODS = {
+    "write_text",
+    "write_bytes",
+    "to_csv",
+    "to_parquet",
+    "to_json",
+    "savefig",
+    "dump",
+    "save",
+    "save_pretrained",
+    "save_file",
+}
 # (file, enclosing function): why this write cannot leave a half-written result behind
 SAFE_BY_DESIGN = {
-    ("pods_bench/checkpoint.py", "save_checkpoint"): "writes into checkpoints/.tmp-step-N/, renamed into place when complete",
+    (
+        "pods_bench/checkpoint.py",
+        "save_checkpoint",
+    ): "writes into checkpoints/.tmp-step-N/, renamed into place when complete",
     ("pods_bench/models.py", "save_model"): "callers write into a temporary folder and rename it (pretrain.py)",
-    ("pods_bench/engines/__init__.py", "_vllm"): "a scratch copy of the tiny model for vLLM to load, in a fresh temporary folder",
+    (
+        "pods_bench/engines/__init__.py",
+        "_vllm",
+    ): "a scratch copy of the tiny model for vLLM to load, in a fresh temporary folder",
     ("workflows/scripts/train_config.py", "<module>"): "the job's log file (a log, not a result)",
     ("workflows/scripts/manifest.py", "<module>"): "the job's log file (a log, not a result)",
 }
@@ -166,7 +183,9 @@ def test_readers_never_see_half_written_files_while_writers_are_killed(tmp_path)
     (tmp_path / "atomic").mkdir()
     reads, problems = hammer(tmp_path / "atomic", atomic=True, kills=10, seed=1)
     left = remove_temporaries(tmp_path / "atomic")
-    print(f"\natomic writes: 10 kills, {reads} reads, {len(problems)} broken; {len(left)} temporary files left by kills, removed")
+    print(
+        f"\natomic writes: 10 kills, {reads} reads, {len(problems)} broken; {len(left)} temporary files left by kills, removed"
+    )
     assert reads > 100 and problems == []
     assert check_files(tmp_path / "atomic") == []
     assert not [p for p in (tmp_path / "atomic").iterdir() if p.name.startswith(".")]

@@ -21,10 +21,10 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
@@ -166,144 +166,364 @@ WORKFLOW = "pods-bench workflow: {tmp}/bad.yaml: "
 
 CASES = [
     # -- the trainer's config
-    Case("trainer config: malformed YAML", write("bad.yaml", "selection:\n  n: 4\n m: [2\n"),
-         "pods-bench train --config {tmp}/bad.yaml",
-         "pods-bench: error: config file {tmp}/bad.yaml is not valid YAML (while parsing a block mapping)",
-         "nothing", process=True),
-    Case("missing config file", nothing, "pods-bench train --config {tmp}/train.yaml",
-         "pods-bench: error: config file {tmp}/train.yaml does not exist", "nothing"),
-    Case("config file is a folder", write("train.yaml/notes.txt", "x"), "pods-bench train --config {tmp}/train.yaml",
-         "pods-bench: error: config file {tmp}/train.yaml is not a file", "nothing"),
-    Case("config file not in UTF-8", write("train.yaml", "task: {name: caf\xe9}\n".encode("latin-1")),
-         "pods-bench train --config {tmp}/train.yaml",
-         "pods-bench: error: config file {tmp}/train.yaml is not UTF-8 text (byte 16: invalid continuation byte)",
-         "nothing"),
-    Case("config file holds a list, not keys", write("train.yaml", "- selection.n=8\n"),
-         "pods-bench train --config {tmp}/train.yaml",
-         "pods-bench: error: config file {tmp}/train.yaml must hold a mapping of config keys", "nothing"),
-    Case("misspelt key in the config file", train_config(task={"splt": "train"}), TRAIN,
-         "pods-bench: error: unknown config key task.splt (did you mean task.split?)", NO_RUN),
-    Case("value of the wrong type", train_config(selection={"n": "many"}), TRAIN,
-         "pods-bench: error: config key selection.n must be int, got 'many'", NO_RUN),
-    Case("`--set` with an unknown key", train_config(), TRAIN + " --set eval.nproblems=3",
-         "pods-bench: error: unknown config key eval.nproblems (did you mean eval.n_problems?)", NO_RUN),
-    Case("`--set` without `=`", train_config(), TRAIN + " --set selection.n",
-         "pods-bench: error: override 'selection.n' must look like key=value (e.g. selection.n=64)", NO_RUN),
-    Case("m > n", train_config(), TRAIN + " --set selection.m=8",
-         "pods-bench: error: config key selection.m (8) must be <= selection.n (4)", NO_RUN),
-    Case("n < 2 with max_variance", train_config(), TRAIN + " --set selection.n=1 --set selection.m=1",
-         "pods-bench: error: config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got 1",
-         NO_RUN),
-    Case("m < 2", train_config(), TRAIN + " --set selection.m=1",
-         "pods-bench: error: config key selection.m must be >= 2 (advantages are normalised over the m kept), got 1",
-         NO_RUN),
-    Case("rule `all` with m < n", train_config(), TRAIN + " --set selection.rule=all",
-         "pods-bench: error: config key selection.m: selection rule 'all' keeps every rollout: m must equal n=4, got m=2",
-         NO_RUN),
-    Case("unknown selection rule", train_config(), TRAIN + " --set selection.rule=best_of",
-         "pods-bench: error: config key selection.rule: unknown rule 'best_of'; "
-         "choose from max_variance, max_reward, random, all, max_abs_advantage", NO_RUN),
-    Case("unknown engine", train_config(), TRAIN + " --set engine.name=tgi",
-         "pods-bench: error: config key engine.name: unknown engine 'tgi'; choose from hf, vllm", NO_RUN),
-    Case("misspelt vLLM engine option", train_config(engine={"name": "vllm", "options": {"gpu_memory_utilisation": 0.5}}),
-         TRAIN, "pods-bench: error: unknown config key engine.options.gpu_memory_utilisation "
-         "(did you mean engine.options.gpu_memory_utilization?)", NO_RUN),
-    Case("vllm.EngineArgs field as an engine option",
-         train_config(engine={"name": "vllm", "options": {"max_num_batched_tokens": 128}}), TRAIN,
-         "pods-bench: error: unknown config key engine.options.max_num_batched_tokens (allowed here: cache_dir, "
-         "cpu_kv_cache_gib, dtype, enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, "
-         "max_model_len, max_num_seqs; other vllm.EngineArgs fields go under engine.options.llm_kwargs)", NO_RUN),
-    Case("unknown task", train_config(), TRAIN + " --set task.name=gsm9k",
-         "pods-bench: error: config key task.name: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
-         NO_RUN),
+    Case(
+        "trainer config: malformed YAML",
+        write("bad.yaml", "selection:\n  n: 4\n m: [2\n"),
+        "pods-bench train --config {tmp}/bad.yaml",
+        "pods-bench: error: config file {tmp}/bad.yaml is not valid YAML (while parsing a block mapping)",
+        "nothing",
+        process=True,
+    ),
+    Case(
+        "missing config file",
+        nothing,
+        "pods-bench train --config {tmp}/train.yaml",
+        "pods-bench: error: config file {tmp}/train.yaml does not exist",
+        "nothing",
+    ),
+    Case(
+        "config file is a folder",
+        write("train.yaml/notes.txt", "x"),
+        "pods-bench train --config {tmp}/train.yaml",
+        "pods-bench: error: config file {tmp}/train.yaml is not a file",
+        "nothing",
+    ),
+    Case(
+        "config file not in UTF-8",
+        write("train.yaml", "task: {name: caf\xe9}\n".encode("latin-1")),
+        "pods-bench train --config {tmp}/train.yaml",
+        "pods-bench: error: config file {tmp}/train.yaml is not UTF-8 text (byte 16: invalid continuation byte)",
+        "nothing",
+    ),
+    Case(
+        "config file holds a list, not keys",
+        write("train.yaml", "- selection.n=8\n"),
+        "pods-bench train --config {tmp}/train.yaml",
+        "pods-bench: error: config file {tmp}/train.yaml must hold a mapping of config keys",
+        "nothing",
+    ),
+    Case(
+        "misspelt key in the config file",
+        train_config(task={"splt": "train"}),
+        TRAIN,
+        "pods-bench: error: unknown config key task.splt (did you mean task.split?)",
+        NO_RUN,
+    ),
+    Case(
+        "value of the wrong type",
+        train_config(selection={"n": "many"}),
+        TRAIN,
+        "pods-bench: error: config key selection.n must be int, got 'many'",
+        NO_RUN,
+    ),
+    Case(
+        "`--set` with an unknown key",
+        train_config(),
+        TRAIN + " --set eval.nproblems=3",
+        "pods-bench: error: unknown config key eval.nproblems (did you mean eval.n_problems?)",
+        NO_RUN,
+    ),
+    Case(
+        "`--set` without `=`",
+        train_config(),
+        TRAIN + " --set selection.n",
+        "pods-bench: error: override 'selection.n' must look like key=value (e.g. selection.n=64)",
+        NO_RUN,
+    ),
+    Case(
+        "m > n",
+        train_config(),
+        TRAIN + " --set selection.m=8",
+        "pods-bench: error: config key selection.m (8) must be <= selection.n (4)",
+        NO_RUN,
+    ),
+    Case(
+        "n < 2 with max_variance",
+        train_config(),
+        TRAIN + " --set selection.n=1 --set selection.m=1",
+        "pods-bench: error: config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got 1",
+        NO_RUN,
+    ),
+    Case(
+        "m < 2",
+        train_config(),
+        TRAIN + " --set selection.m=1",
+        "pods-bench: error: config key selection.m must be >= 2 (advantages are normalised over the m kept), got 1",
+        NO_RUN,
+    ),
+    Case(
+        "rule `all` with m < n",
+        train_config(),
+        TRAIN + " --set selection.rule=all",
+        "pods-bench: error: config key selection.m: selection rule 'all' keeps every rollout: m must equal n=4, got m=2",
+        NO_RUN,
+    ),
+    Case(
+        "unknown selection rule",
+        train_config(),
+        TRAIN + " --set selection.rule=best_of",
+        "pods-bench: error: config key selection.rule: unknown rule 'best_of'; "
+        "choose from max_variance, max_reward, random, all, max_abs_advantage",
+        NO_RUN,
+    ),
+    Case(
+        "unknown engine",
+        train_config(),
+        TRAIN + " --set engine.name=tgi",
+        "pods-bench: error: config key engine.name: unknown engine 'tgi'; choose from hf, vllm",
+        NO_RUN,
+    ),
+    Case(
+        "misspelt vLLM engine option",
+        train_config(engine={"name": "vllm", "options": {"gpu_memory_utilisation": 0.5}}),
+        TRAIN,
+        "pods-bench: error: unknown config key engine.options.gpu_memory_utilisation "
+        "(did you mean engine.options.gpu_memory_utilization?)",
+        NO_RUN,
+    ),
+    Case(
+        "vllm.EngineArgs field as an engine option",
+        train_config(engine={"name": "vllm", "options": {"max_num_batched_tokens": 128}}),
+        TRAIN,
+        "pods-bench: error: unknown config key engine.options.max_num_batched_tokens (allowed here: cache_dir, "
+        "cpu_kv_cache_gib, dtype, enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, "
+        "max_model_len, max_num_seqs; other vllm.EngineArgs fields go under engine.options.llm_kwargs)",
+        NO_RUN,
+    ),
+    Case(
+        "unknown task",
+        train_config(),
+        TRAIN + " --set task.name=gsm9k",
+        "pods-bench: error: config key task.name: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
+        NO_RUN,
+    ),
     # -- the trainer's data, model and run folder
-    Case("empty dataset file", gsm8k_split("train", []), TRAIN,
-         "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: empty file (no rows)", NO_RUN),
-    Case("dataset rows missing a field", gsm8k_split("train", [{"question": "What is 1 + 1?", "solution": "2"}]), TRAIN,
-         "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: missing field 'answer' (task gsm8k needs question, answer)",
-         NO_RUN, process=True),
-    Case("one dataset row without a value", gsm8k_split("train", [GSM8K_ROW, {"question": "What is 2 + 2?"}]), TRAIN,
-         "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: row 1 has no value for field 'answer'", NO_RUN),
-    Case("dataset file missing (only a test split)", gsm8k_split("test", [GSM8K_ROW]), TRAIN,
-         "pods-bench: error: task gsm8k: no file {tmp}/data/gsm8k/train.jsonl[.gz]", NO_RUN),
-    Case("evaluation data missing, evaluation after training",
-         both(write("data/gsm8k/train.jsonl", json.dumps(GSM8K_ROW) + "\n"),
-              train_config(data_dir="{tmp}/data", eval={"inline": False, "benchmarks": ["gsm8k"]})), TRAIN,
-         "pods-bench: error: task gsm8k: no file {tmp}/data/gsm8k/test.jsonl[.gz]", NO_RUN),
-    Case("model folder missing", train_config(), TRAIN + " --set model.name={tmp}/model",
-         "pods-bench: error: model folder {tmp}/model does not exist", NO_RUN),
-    Case("output_dir holds a run with another config", finished_run, TRAIN + " --set selection.n=8",
-         "pods-bench: error: {tmp}/run holds a run with another config (selection.n: 4 there, 8 now); "
-         "choose another output_dir", "nothing: `{tmp}/run/run.json` unchanged"),
+    Case(
+        "empty dataset file",
+        gsm8k_split("train", []),
+        TRAIN,
+        "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: empty file (no rows)",
+        NO_RUN,
+    ),
+    Case(
+        "dataset rows missing a field",
+        gsm8k_split("train", [{"question": "What is 1 + 1?", "solution": "2"}]),
+        TRAIN,
+        "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: missing field 'answer' (task gsm8k needs question, answer)",
+        NO_RUN,
+        process=True,
+    ),
+    Case(
+        "one dataset row without a value",
+        gsm8k_split("train", [GSM8K_ROW, {"question": "What is 2 + 2?"}]),
+        TRAIN,
+        "pods-bench: error: {tmp}/data/gsm8k/train.jsonl: row 1 has no value for field 'answer'",
+        NO_RUN,
+    ),
+    Case(
+        "dataset file missing (only a test split)",
+        gsm8k_split("test", [GSM8K_ROW]),
+        TRAIN,
+        "pods-bench: error: task gsm8k: no file {tmp}/data/gsm8k/train.jsonl[.gz]",
+        NO_RUN,
+    ),
+    Case(
+        "evaluation data missing, evaluation after training",
+        both(
+            write("data/gsm8k/train.jsonl", json.dumps(GSM8K_ROW) + "\n"),
+            train_config(data_dir="{tmp}/data", eval={"inline": False, "benchmarks": ["gsm8k"]}),
+        ),
+        TRAIN,
+        "pods-bench: error: task gsm8k: no file {tmp}/data/gsm8k/test.jsonl[.gz]",
+        NO_RUN,
+    ),
+    Case(
+        "model folder missing",
+        train_config(),
+        TRAIN + " --set model.name={tmp}/model",
+        "pods-bench: error: model folder {tmp}/model does not exist",
+        NO_RUN,
+    ),
+    Case(
+        "output_dir holds a run with another config",
+        finished_run,
+        TRAIN + " --set selection.n=8",
+        "pods-bench: error: {tmp}/run holds a run with another config (selection.n: 4 there, 8 now); "
+        "choose another output_dir",
+        "nothing: `{tmp}/run/run.json` unchanged",
+    ),
     # -- evaluation
-    Case("run folder without run.json", write("run/notes.txt", "x"), "pods-bench evaluate {tmp}/run",
-         "pods-bench: error: {tmp}/run is not a run folder (no run.json)", "nothing"),
-    Case("run.json that is not valid JSON", write("run/run.json", '{"config": {'), "pods-bench evaluate {tmp}/run",
-         "pods-bench: error: {tmp}/run/run.json is not valid JSON (Expecting property name enclosed in double quotes, line 1)",
-         "nothing"),
-    Case("run.json without a config", write("run/run.json", '{"seed": 0}'), "pods-bench evaluate {tmp}/run",
-         "pods-bench: error: {tmp}/run/run.json has no config mapping (not written by pods-bench train?)", "nothing"),
-    Case("run folder without checkpoints", run_without_checkpoints, "pods-bench evaluate {tmp}/run",
-         "pods-bench: error: run folder {tmp}/run has no complete checkpoint in {tmp}/run/checkpoints",
-         "nothing: no `eval.jsonl`"),
-    Case("bad `--set` for evaluate", run_without_checkpoints, "pods-bench evaluate {tmp}/run --set eval.repeats=0",
-         "pods-bench: error: config key eval.repeats must be >= 1", "nothing: no `eval.jsonl`"),
+    Case(
+        "run folder without run.json",
+        write("run/notes.txt", "x"),
+        "pods-bench evaluate {tmp}/run",
+        "pods-bench: error: {tmp}/run is not a run folder (no run.json)",
+        "nothing",
+    ),
+    Case(
+        "run.json that is not valid JSON",
+        write("run/run.json", '{"config": {'),
+        "pods-bench evaluate {tmp}/run",
+        "pods-bench: error: {tmp}/run/run.json is not valid JSON (Expecting property name enclosed in double quotes, line 1)",
+        "nothing",
+    ),
+    Case(
+        "run.json without a config",
+        write("run/run.json", '{"seed": 0}'),
+        "pods-bench evaluate {tmp}/run",
+        "pods-bench: error: {tmp}/run/run.json has no config mapping (not written by pods-bench train?)",
+        "nothing",
+    ),
+    Case(
+        "run folder without checkpoints",
+        run_without_checkpoints,
+        "pods-bench evaluate {tmp}/run",
+        "pods-bench: error: run folder {tmp}/run has no complete checkpoint in {tmp}/run/checkpoints",
+        "nothing: no `eval.jsonl`",
+    ),
+    Case(
+        "bad `--set` for evaluate",
+        run_without_checkpoints,
+        "pods-bench evaluate {tmp}/run --set eval.repeats=0",
+        "pods-bench: error: config key eval.repeats must be >= 1",
+        "nothing: no `eval.jsonl`",
+    ),
     # -- analysis of own runs
-    Case("torn line in the middle of train_log.jsonl", aggregated_run("train_log.jsonl", 4),
-         "pods-bench aggregate {tmp}/results/exp --out {tmp}/out",
-         "pods-bench: error: {tmp}/results/exp: nothing could be loaded: {tmp}/results/exp/runs/grpo/seed0: skipped "
-         "({tmp}/results/exp/runs/grpo/seed0/train_log.jsonl: line 4 is not valid JSON (Unterminated string starting at))",
-         "nothing: the earlier summary in `{tmp}/out/exp/summary/` unchanged"),
-    Case("torn line in the middle of eval.jsonl", aggregated_run("eval.jsonl", 2),
-         "pods-bench aggregate {tmp}/results/exp --out {tmp}/out",
-         "pods-bench: error: {tmp}/results/exp: nothing could be loaded: {tmp}/results/exp/runs/grpo/seed0: skipped "
-         "({tmp}/results/exp/runs/grpo/seed0/eval.jsonl: line 2 is not valid JSON (Expecting ',' delimiter))",
-         "nothing: the earlier summary in `{tmp}/out/exp/summary/` unchanged"),
-    Case("baseline missing from one of several experiments", two_experiments,
-         "pods-bench aggregate {tmp}/results --baseline grpo --out {tmp}/out",
-         "pods-bench: error: b: no arm named 'grpo' (arms: pods)", "nothing, not even experiment a's summary"),
-    Case("results folder missing", nothing, "pods-bench aggregate {tmp}/results --out {tmp}/out",
-         "pods-bench: error: {tmp}/results: no such folder", "nothing"),
+    Case(
+        "torn line in the middle of train_log.jsonl",
+        aggregated_run("train_log.jsonl", 4),
+        "pods-bench aggregate {tmp}/results/exp --out {tmp}/out",
+        "pods-bench: error: {tmp}/results/exp: nothing could be loaded: {tmp}/results/exp/runs/grpo/seed0: skipped "
+        "({tmp}/results/exp/runs/grpo/seed0/train_log.jsonl: line 4 is not valid JSON (Unterminated string starting at))",
+        "nothing: the earlier summary in `{tmp}/out/exp/summary/` unchanged",
+    ),
+    Case(
+        "torn line in the middle of eval.jsonl",
+        aggregated_run("eval.jsonl", 2),
+        "pods-bench aggregate {tmp}/results/exp --out {tmp}/out",
+        "pods-bench: error: {tmp}/results/exp: nothing could be loaded: {tmp}/results/exp/runs/grpo/seed0: skipped "
+        "({tmp}/results/exp/runs/grpo/seed0/eval.jsonl: line 2 is not valid JSON (Expecting ',' delimiter))",
+        "nothing: the earlier summary in `{tmp}/out/exp/summary/` unchanged",
+    ),
+    Case(
+        "baseline missing from one of several experiments",
+        two_experiments,
+        "pods-bench aggregate {tmp}/results --baseline grpo --out {tmp}/out",
+        "pods-bench: error: b: no arm named 'grpo' (arms: pods)",
+        "nothing, not even experiment a's summary",
+    ),
+    Case(
+        "results folder missing",
+        nothing,
+        "pods-bench aggregate {tmp}/results --out {tmp}/out",
+        "pods-bench: error: {tmp}/results: no such folder",
+        "nothing",
+    ),
     # -- the paper's published logs
-    Case("published-logs file with an unexpected name", write("logs/Instruct-GSM8K-512-16-4-Run0 (1).json", "{}"),
-         "pods-bench aggregate {tmp}/logs --kind paper --out {tmp}/out",
-         "pods-bench: error: {tmp}/logs: nothing could be loaded: {tmp}/logs/Instruct-GSM8K-512-16-4-Run0 (1).json: "
-         f"skipped (file name does not follow the published patterns {PUBLISHED_NAMES})", "nothing"),
-    Case("no published logs in the folder", write("logs/gsm8k-results.json", "{}"),
-         "pods-bench aggregate {tmp}/logs --kind paper --out {tmp}/out",
-         "pods-bench: error: {tmp}/logs: no published PODS logs (Instruct-*.json or <prefix>-acc.csv) found", "nothing"),
+    Case(
+        "published-logs file with an unexpected name",
+        write("logs/Instruct-GSM8K-512-16-4-Run0 (1).json", "{}"),
+        "pods-bench aggregate {tmp}/logs --kind paper --out {tmp}/out",
+        "pods-bench: error: {tmp}/logs: nothing could be loaded: {tmp}/logs/Instruct-GSM8K-512-16-4-Run0 (1).json: "
+        f"skipped (file name does not follow the published patterns {PUBLISHED_NAMES})",
+        "nothing",
+    ),
+    Case(
+        "no published logs in the folder",
+        write("logs/gsm8k-results.json", "{}"),
+        "pods-bench aggregate {tmp}/logs --kind paper --out {tmp}/out",
+        "pods-bench: error: {tmp}/logs: no published PODS logs (Instruct-*.json or <prefix>-acc.csv) found",
+        "nothing",
+    ),
     # -- the workflow's experiment config
-    Case("experiment config: malformed YAML", write("bad.yaml", "experiment: x\narms:\n  a: {n: 4\n"),
-         DRY_RUN,
-         "WorkflowError:\nConfig file is not valid JSON or YAML. "
-         "In case of YAML, make sure to not mix whitespace and tab indentation.", NO_RESULTS, exit_code=1),
-    Case("experiment config: unknown key", workflow_config(top(epochs=3)), DRY_RUN,
-         WORKFLOW + "unknown config key epochs (allowed here: analysis, arms, benchmark, description, eval_benchmarks, "
-         "experiment, hardware, paper_logs, resources, seeds, source, train, train_base, warm_start)", NO_RESULTS),
-    Case("experiment config: unknown key of an arm", workflow_config(pods_arm(k=2)), DRY_RUN,
-         WORKFLOW + "unknown config key arms.pods_n16_m4.k (allowed here: m, n, rule, set)", NO_RESULTS),
-    Case("experiment config: value of the wrong type", workflow_config(pods_arm(n="many")), DRY_RUN,
-         WORKFLOW + "config key arms.pods_n16_m4.n must be integer, got the string 'many'", NO_RESULTS),
-    Case("experiment config: seeds as strings", workflow_config(top(seeds=["0", "1"])), DRY_RUN,
-         WORKFLOW + "config key seeds[0] must be integer, got the string '0'", NO_RESULTS),
-    Case("experiment config: n < 2 in an arm", workflow_config(pods_arm(n=1)), DRY_RUN,
-         WORKFLOW + "config key arms.pods_n16_m4.n: 1 is less than the minimum of 2", NO_RESULTS),
-    Case("experiment config: m > n in an arm", workflow_config(pods_arm(m=32)), DRY_RUN,
-         WORKFLOW + "arms.pods_n16_m4: config key selection.m (32) must be <= selection.n (16)", NO_RESULTS),
-    Case("experiment config: unknown hardware", workflow_config(top(hardware="tpu-pod")), DRY_RUN,
-         WORKFLOW + "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h100x8, a100x8 "
-         "(config/hardware.yaml)", NO_RESULTS),
-    Case("experiment config: unknown training benchmark", workflow_config(top(benchmark="gsm9k")), DRY_RUN,
-         WORKFLOW + "config key benchmark: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
-         NO_RESULTS),
-    Case("experiment config: unknown evaluation benchmark", workflow_config(top(eval_benchmarks=["arith", "gsm9k"])),
-         DRY_RUN,
-         WORKFLOW + "config key eval_benchmarks[1]: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
-         NO_RESULTS),
-    Case("experiment config: unknown trainer key", workflow_config(lambda c: c["train"]["optim"].update(lrr=1.0)),
-         DRY_RUN, WORKFLOW + "train: unknown config key optim.lrr (did you mean optim.lr?)", NO_RESULTS),
-    Case("experiment config: a trainer key the workflow sets", workflow_config(lambda c: c["train"].update(seed=3)),
-         DRY_RUN, WORKFLOW + "config key train.seed is set by the workflow: use seeds instead", NO_RESULTS),
+    Case(
+        "experiment config: malformed YAML",
+        write("bad.yaml", "experiment: x\narms:\n  a: {n: 4\n"),
+        DRY_RUN,
+        "WorkflowError:\nConfig file is not valid JSON or YAML. "
+        "In case of YAML, make sure to not mix whitespace and tab indentation.",
+        NO_RESULTS,
+        exit_code=1,
+    ),
+    Case(
+        "experiment config: unknown key",
+        workflow_config(top(epochs=3)),
+        DRY_RUN,
+        WORKFLOW + "unknown config key epochs (allowed here: analysis, arms, benchmark, description, eval_benchmarks, "
+        "experiment, hardware, paper_logs, resources, seeds, source, train, train_base, warm_start)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: unknown key of an arm",
+        workflow_config(pods_arm(k=2)),
+        DRY_RUN,
+        WORKFLOW + "unknown config key arms.pods_n16_m4.k (allowed here: m, n, rule, set)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: value of the wrong type",
+        workflow_config(pods_arm(n="many")),
+        DRY_RUN,
+        WORKFLOW + "config key arms.pods_n16_m4.n must be integer, got the string 'many'",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: seeds as strings",
+        workflow_config(top(seeds=["0", "1"])),
+        DRY_RUN,
+        WORKFLOW + "config key seeds[0] must be integer, got the string '0'",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: n < 2 in an arm",
+        workflow_config(pods_arm(n=1)),
+        DRY_RUN,
+        WORKFLOW + "config key arms.pods_n16_m4.n: 1 is less than the minimum of 2",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: m > n in an arm",
+        workflow_config(pods_arm(m=32)),
+        DRY_RUN,
+        WORKFLOW + "arms.pods_n16_m4: config key selection.m (32) must be <= selection.n (16)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: unknown hardware",
+        workflow_config(top(hardware="tpu-pod")),
+        DRY_RUN,
+        WORKFLOW + "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h100x8, a100x8 "
+        "(config/hardware.yaml)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: unknown training benchmark",
+        workflow_config(top(benchmark="gsm9k")),
+        DRY_RUN,
+        WORKFLOW + "config key benchmark: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: unknown evaluation benchmark",
+        workflow_config(top(eval_benchmarks=["arith", "gsm9k"])),
+        DRY_RUN,
+        WORKFLOW + "config key eval_benchmarks[1]: unknown task 'gsm9k' (known: amc23, arith, gsm8k, math, math500)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: unknown trainer key",
+        workflow_config(lambda c: c["train"]["optim"].update(lrr=1.0)),
+        DRY_RUN,
+        WORKFLOW + "train: unknown config key optim.lrr (did you mean optim.lr?)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: a trainer key the workflow sets",
+        workflow_config(lambda c: c["train"].update(seed=3)),
+        DRY_RUN,
+        WORKFLOW + "config key train.seed is set by the workflow: use seeds instead",
+        NO_RESULTS,
+    ),
 ]
 
 
@@ -339,8 +559,9 @@ def run_process(case: Case, tmp: Path) -> Outcome:
         assert args[:2] == ["snakemake", "-n"]
         done = snakemake(tmp, *args[1:])  # in workdir tmp
     else:
-        done = subprocess.run([sys.executable, "-m", "pods_bench", *args[1:]], capture_output=True, text=True,
-                              timeout=300, cwd=tmp)
+        done = subprocess.run(
+            [sys.executable, "-m", "pods_bench", *args[1:]], capture_output=True, text=True, timeout=300, cwd=tmp
+        )
     return Outcome(tmp, done.returncode, done.stdout + done.stderr, before, snapshot(tmp))
 
 
@@ -393,8 +614,10 @@ def code(text: str) -> str:
 
 
 def doc_table() -> str:
-    rows = ["| bad input | command | the exact message | exit code | what is (not) written |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = [
+        "| bad input | command | the exact message | exit code | what is (not) written |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for case in CASES:
         message = "<br>".join(code(line) for line in case.message.split("\n"))
         written = case.written.replace("{tmp}", "<tmp>")
@@ -404,7 +627,8 @@ def doc_table() -> str:
 
 def test_the_doc_shows_every_case():
     assert doc_table() in DOC.read_text(encoding="utf-8"), (
-        "docs/bad-input.md is out of date: paste the output of `.venv/bin/python -m tests.test_bad_input`")
+        "docs/bad-input.md is out of date: paste the output of `.venv/bin/python -m tests.test_bad_input`"
+    )
 
 
 if __name__ == "__main__":

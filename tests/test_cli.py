@@ -9,9 +9,7 @@ from pods_bench.cli import SUBCOMMANDS
 
 
 def _run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pods_bench", *args], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "pods_bench", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_top_level_help_lists_every_subcommand():

@@ -76,7 +76,10 @@ def test_resolved_config_round_trips_through_json():
         (["selection.nn=4"], "unknown config key selection.nn (did you mean selection.n?)"),
         (["no_such_section.x=1"], "unknown config key no_such_section"),
         (["selection.n"], "must look like key=value"),
-        (["optim.schedule=cosine", "budget.max_steps=null", "budget.max_train_time_s=60"], "cosine decays over budget.max_steps"),
+        (
+            ["optim.schedule=cosine", "budget.max_steps=null", "budget.max_train_time_s=60"],
+            "cosine decays over budget.max_steps",
+        ),
         (["budget.max_steps=null"], "budget: set max_train_time_s or max_steps"),
         (["sampling.temperature=0"], "sampling.temperature must be > 0"),
         (["optim.betas=[0.9]"], "optim.betas must have 2 items"),
@@ -96,16 +99,25 @@ VLLM = ["engine.name=vllm"]
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (VLLM + ["engine.options={gpu_memory_utilisation: 0.5}"],
-         "unknown config key engine.options.gpu_memory_utilisation (did you mean engine.options.gpu_memory_utilization?)"),
+        (
+            VLLM + ["engine.options={gpu_memory_utilisation: 0.5}"],
+            "unknown config key engine.options.gpu_memory_utilisation (did you mean engine.options.gpu_memory_utilization?)",
+        ),
         # a vllm.EngineArgs field that is not an option of its own goes under llm_kwargs
-        (VLLM + ["engine.options={max_num_batched_tokens: 128}"],
-         "unknown config key engine.options.max_num_batched_tokens (allowed here: cache_dir, cpu_kv_cache_gib, dtype, "
-         "enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, max_model_len, max_num_seqs; "
-         "other vllm.EngineArgs fields go under engine.options.llm_kwargs)"),
-        (VLLM + ["engine.options={gpu_memory_utilization: half}"],
-         "config key engine.options.gpu_memory_utilization must be float, got 'half'"),
-        (VLLM + ["engine.options={llm_kwargs: 128}"], "config key engine.options.llm_kwargs must be a mapping, got 128"),
+        (
+            VLLM + ["engine.options={max_num_batched_tokens: 128}"],
+            "unknown config key engine.options.max_num_batched_tokens (allowed here: cache_dir, cpu_kv_cache_gib, dtype, "
+            "enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, max_model_len, max_num_seqs; "
+            "other vllm.EngineArgs fields go under engine.options.llm_kwargs)",
+        ),
+        (
+            VLLM + ["engine.options={gpu_memory_utilization: half}"],
+            "config key engine.options.gpu_memory_utilization must be float, got 'half'",
+        ),
+        (
+            VLLM + ["engine.options={llm_kwargs: 128}"],
+            "config key engine.options.llm_kwargs must be a mapping, got 128",
+        ),
     ],
 )
 def test_vllm_options_are_checked_at_load(overrides, message):

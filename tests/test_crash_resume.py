@@ -67,7 +67,10 @@ def start_training(config_path, env_extra: dict | None = None) -> subprocess.Pop
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "pods_bench", "train", "--config", str(config_path), "--no-progress"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # the trainer and its grading processes share a session id we can find
     )
 
@@ -80,8 +83,11 @@ def write_config(path, run_dir, data_dir):
 
 def aftermath(run_dir) -> dict:
     """What a kill left behind: torn last lines and temporary checkpoint folders."""
-    torn = [log for log in ("train_log.jsonl", "eval.jsonl")
-            if (run_dir / log).exists() and not (run_dir / log).read_bytes().endswith(b"\n")]
+    torn = [
+        log
+        for log in ("train_log.jsonl", "eval.jsonl")
+        if (run_dir / log).exists() and not (run_dir / log).read_bytes().endswith(b"\n")
+    ]
     partial = [p.name for p in (run_dir / "checkpoints").glob(".tmp-*")] if (run_dir / "checkpoints").is_dir() else []
     return {"torn": torn, "partial_checkpoints": partial}
 
@@ -102,7 +108,9 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
     for spec in kill_plan(SEED):
         proc = start_training(killed_cfg, {"PODS_BENCH_KILL_AT": spec})
         _, err = proc.communicate(timeout=600)
-        assert proc.returncode == -signal.SIGKILL, f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
+        assert proc.returncode == -signal.SIGKILL, (
+            f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
+        )
         landed.append(spec)
         left = aftermath(tmp_path / "killed")
         print(f"\n  {spec:>16}: torn lines {left['torn']}, partial checkpoints {left['partial_checkpoints']}", end="")
@@ -121,12 +129,16 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
     steps_a, steps_b = read_lines(straight / "train_log.jsonl"), read_lines(killed / "train_log.jsonl")
     evals_a, evals_b = read_lines(straight / "eval.jsonl"), read_lines(killed / "eval.jsonl")
     step_keys, eval_keys = keys(steps_b, ("step",)), keys(evals_b, ("checkpoint", "benchmark"))
-    lost = len(set(keys(steps_a, ("step",))) - set(step_keys)) + len(set(keys(evals_a, ("checkpoint", "benchmark"))) - set(eval_keys))
+    lost = len(set(keys(steps_a, ("step",))) - set(step_keys)) + len(
+        set(keys(evals_a, ("checkpoint", "benchmark"))) - set(eval_keys)
+    )
     duplicated = sum(c - 1 for c in Counter(step_keys).values()) + sum(c - 1 for c in Counter(eval_keys).values())
     info = json.loads((killed / "run.json").read_text())
-    print(f"\nkill -9 fault injection: {len(landed)} kills ({', '.join(landed)}), {len(info['resumed'])} resumes, "
-          f"{len(steps_b)} steps and {len(evals_b)} eval records; {torn} kills left a torn log line, {partial} a partial "
-          f"checkpoint; lost {lost}, duplicated {duplicated}")
+    print(
+        f"\nkill -9 fault injection: {len(landed)} kills ({', '.join(landed)}), {len(info['resumed'])} resumes, "
+        f"{len(steps_b)} steps and {len(evals_b)} eval records; {torn} kills left a torn log line, {partial} a partial "
+        f"checkpoint; lost {lost}, duplicated {duplicated}"
+    )
 
     assert [r["step"] for r in steps_a] == list(range(1, STEPS + 1))
     assert (lost, duplicated) == (0, 0)
@@ -135,9 +147,9 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
     assert len(evals_a) == 2 * (STEPS // 2 + 1)  # checkpoints at steps 0, 2, 4, ... on two benchmarks
 
     assert info["status"] == "finished" and len(info["resumed"]) == len(landed)
-    sha = lambda run: json.loads((run / f"checkpoints/step-{STEPS:06d}/state.json").read_text())["params_sha256"]  # noqa: E731
+    sha = lambda run: json.loads((run / f"checkpoints/step-{STEPS:06d}/state.json").read_text())["params_sha256"]
     assert sha(killed) == sha(straight)
-    names = lambda run: sorted(p.name for p in (run / "checkpoints").iterdir())  # noqa: E731
+    names = lambda run: sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names(killed) == names(straight)  # no temporary checkpoint folders left
     # no temporary files left (the lock files stay: the kernel released their locks with the process)
     assert not [p.name for p in killed.iterdir() if p.name.startswith(".") and p.suffix != ".lock"]

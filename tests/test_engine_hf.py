@@ -38,7 +38,9 @@ def model(tokenizer):
 
 def forward_logprobs(model, rollouts, temperature: float) -> list[torch.Tensor]:
     """The trainer's log-probs (one forward pass over the packed rows) for every completion."""
-    sequences = [KeptRollout(p, c, 0.0) for p, group in zip(rollouts.prompt_ids, rollouts.completion_ids) for c in group]
+    sequences = [
+        KeptRollout(p, c, 0.0) for p, group in zip(rollouts.prompt_ids, rollouts.completion_ids) for c in group
+    ]
     batch = pack(sequences, model.config.pad_token_id, "cpu")
     with torch.no_grad():
         logp = completion_logprobs(model.eval(), batch, temperature)
@@ -126,7 +128,10 @@ def test_sync_weights(tokenizer, prompts):
     trained = build_tiny_model(SMALL, tokenizer, seed=7)
     separate.sync_weights(trained)
     assert all(torch.equal(a, b) for a, b in zip(separate.model.state_dict().values(), trained.state_dict().values()))
-    assert separate.generate(prompts, 2, sampling).completion_ids == HFEngine(trained, tokenizer).generate(prompts, 2, sampling).completion_ids
+    assert (
+        separate.generate(prompts, 2, sampling).completion_ids
+        == HFEngine(trained, tokenizer).generate(prompts, 2, sampling).completion_ids
+    )
 
 
 def test_unseeded_calls_draw_fresh_samples():
@@ -136,7 +141,12 @@ def test_unseeded_calls_draw_fresh_samples():
     from pods_bench.models import TinyModelConfig, build_char_tokenizer, build_tiny_model
 
     tok = build_char_tokenizer()
-    engine = HFEngine(build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64), tok), tok)
+    engine = HFEngine(
+        build_tiny_model(
+            TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64), tok
+        ),
+        tok,
+    )
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=12)
     first = engine.generate(["abc"], n=4, sampling=sampling).completion_ids
     second = engine.generate(["abc"], n=4, sampling=sampling).completion_ids

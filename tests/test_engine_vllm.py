@@ -118,7 +118,9 @@ def test_multiprocess_engine_core_is_refused(monkeypatch, tokenizer):
 
 
 def test_options_are_typed_and_other_engine_args_go_under_llm_kwargs():
-    config = VLLMEngineConfig.from_options({"max_model_len": 128, "dtype": "float32", "llm_kwargs": {"block_size": 16}})
+    config = VLLMEngineConfig.from_options(
+        {"max_model_len": 128, "dtype": "float32", "llm_kwargs": {"block_size": 16}}
+    )
     assert (config.max_model_len, config.dtype, config.llm_kwargs) == (128, "float32", {"block_size": 16})
     assert VLLMEngineConfig.from_options({"gpu_memory_utilization": 1}).gpu_memory_utilization == 1.0
     assert VLLMEngineConfig.from_options(None) == VLLMEngineConfig()
@@ -127,13 +129,17 @@ def test_options_are_typed_and_other_engine_args_go_under_llm_kwargs():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"gpu_memory_utilisation": 0.5},
-         "unknown config key engine.options.gpu_memory_utilisation (did you mean engine.options.gpu_memory_utilization?)"),
+        (
+            {"gpu_memory_utilisation": 0.5},
+            "unknown config key engine.options.gpu_memory_utilisation (did you mean engine.options.gpu_memory_utilization?)",
+        ),
         # an EngineArgs field as an option: pointed to llm_kwargs, not to a look-alike (kv_cache_dtype -> cache_dir)
-        ({"kv_cache_dtype": "fp8"},
-         "unknown config key engine.options.kv_cache_dtype (allowed here: cache_dir, cpu_kv_cache_gib, dtype, "
-         "enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, max_model_len, max_num_seqs; "
-         "other vllm.EngineArgs fields go under engine.options.llm_kwargs)"),
+        (
+            {"kv_cache_dtype": "fp8"},
+            "unknown config key engine.options.kv_cache_dtype (allowed here: cache_dir, cpu_kv_cache_gib, dtype, "
+            "enable_prefix_caching, enforce_eager, gpu_memory_utilization, llm_kwargs, max_model_len, max_num_seqs; "
+            "other vllm.EngineArgs fields go under engine.options.llm_kwargs)",
+        ),
         ({"max_num_seqs": "many"}, "config key engine.options.max_num_seqs must be int, got 'many'"),
         ({"llm_kwargs": ["block_size"]}, "config key engine.options.llm_kwargs must be a mapping, got ['block_size']"),
     ],

@@ -188,9 +188,13 @@ def test_trainer_mistakes_name_train_or_the_arm():
         experiment.resolve_runs(bad, setup)
     bad = copy.deepcopy(config)
     bad["arms"]["pods_n16_m4"]["m"] = 32
-    with pytest.raises(PodsBenchError, match=r"^arms.pods_n16_m4: config key selection.m \(32\) must be <= selection.n \(16\)$"):
+    with pytest.raises(
+        PodsBenchError, match=r"^arms.pods_n16_m4: config key selection.m \(32\) must be <= selection.n \(16\)$"
+    ):
         experiment.resolve_runs(bad, setup)
     bad = copy.deepcopy(config)
     bad["arms"]["pods_n16_m4"]["set"] = {"seed": 3}
-    with pytest.raises(PodsBenchError, match=r"^config key arms.pods_n16_m4.set.seed is set by the workflow: use seeds instead$"):
+    with pytest.raises(
+        PodsBenchError, match=r"^config key arms.pods_n16_m4.set.seed is set by the workflow: use seeds instead$"
+    ):
         experiment.resolve_runs(bad, setup)

@@ -121,25 +121,40 @@ def ducks(data_dir):
 
 
 def hand_example(ducks, i, completion, benchmark="gsm8k", gold="18", question=None):
-    return dict(file="hand", checkpoint="base", step=0, benchmark=benchmark, example=i,
-                question=ducks.question if question is None else question, gold=gold, completion=completion,
-                authors=True, format_correct=True)
+    return dict(
+        file="hand",
+        checkpoint="base",
+        step=0,
+        benchmark=benchmark,
+        example=i,
+        question=ducks.question if question is None else question,
+        gold=gold,
+        completion=completion,
+        authors=True,
+        format_correct=True,
+    )
 
 
 def test_hand_worked_examples(ducks, data_dir):
-    examples = pd.DataFrame([
-        # pods-bench grades one candidate, the <answer> block; math-verify reads "18 dollars" as
-        # 18*a*do*l*l*r*s, not 18. The released rules also try the last integer, 18.
-        hand_example(ducks, 0, "<think>\n9 x 2 = 18\n</think>\n<answer>\n18 dollars\n</answer>"),
-        # released-1gpu: the last integer of "2.5 hours" is 5, so a wrong 2.5 passes for a gold 5. The
-        # Llama rule's last number is "2.5", and pods-bench reads 2.5 from the block: both reject.
-        hand_example(ducks, 1, "<think>\n5 / 2 = 2.5\n</think>\n<answer>\n2.5 hours\n</answer>", "math500", "5", "q"),
-        # open-r1 reads LaTeX only, \boxed{} first and nothing without an anchor: "$18" is a bare
-        # number with a currency sign, read by every mode but open-r1 ...
-        hand_example(ducks, 2, "<think>\n16 - 3 - 4 = 9 eggs, 9 x 2 = 18.\n</think>\n<answer>\n$18\n</answer>"),
-        # ... and a boxed 18 is read by all four (open-r1's gold: the solution's "#### 18").
-        hand_example(ducks, 3, "<think>\n16 - 3 - 4 = 9 eggs, 9 x 2 = 18.\n</think>\n<answer>\n\\boxed{18}\n</answer>"),
-    ])
+    examples = pd.DataFrame(
+        [
+            # pods-bench grades one candidate, the <answer> block; math-verify reads "18 dollars" as
+            # 18*a*do*l*l*r*s, not 18. The released rules also try the last integer, 18.
+            hand_example(ducks, 0, "<think>\n9 x 2 = 18\n</think>\n<answer>\n18 dollars\n</answer>"),
+            # released-1gpu: the last integer of "2.5 hours" is 5, so a wrong 2.5 passes for a gold 5. The
+            # Llama rule's last number is "2.5", and pods-bench reads 2.5 from the block: both reject.
+            hand_example(
+                ducks, 1, "<think>\n5 / 2 = 2.5\n</think>\n<answer>\n2.5 hours\n</answer>", "math500", "5", "q"
+            ),
+            # open-r1 reads LaTeX only, \boxed{} first and nothing without an anchor: "$18" is a bare
+            # number with a currency sign, read by every mode but open-r1 ...
+            hand_example(ducks, 2, "<think>\n16 - 3 - 4 = 9 eggs, 9 x 2 = 18.\n</think>\n<answer>\n$18\n</answer>"),
+            # ... and a boxed 18 is read by all four (open-r1's gold: the solution's "#### 18").
+            hand_example(
+                ducks, 3, "<think>\n16 - 3 - 4 = 9 eggs, 9 x 2 = 18.\n</think>\n<answer>\n\\boxed{18}\n</answer>"
+            ),
+        ]
+    )
     graded = ga.grade_examples(examples, workers=0, data_dir=data_dir, progress=False)
     assert graded["open_r1_gold"][0] == ducks.solution and ducks.solution.endswith("#### 18")
     assert graded[list(ga.MODES)].astype(int).values.tolist() == [

@@ -37,9 +37,15 @@ def test_each_group_is_selected_and_normalised_on_its_own(tmp_path, monkeypatch)
     monkeypatch.setattr(selection, "select", spy_select)
     monkeypatch.setattr(selection, "group_advantages", spy_advantages)
     monkeypatch.setattr(trainer, "update_policy", spy_update)
-    cfg = config_from_dict(tiny_run(tmp_path / "run", prompts_per_step=P, budget={"max_steps": 2},
-                                    selection={"rule": "max_variance", "n": N, "m": M, "groups_per_prompt": G},
-                                    eval={"inline": False}))
+    cfg = config_from_dict(
+        tiny_run(
+            tmp_path / "run",
+            prompts_per_step=P,
+            budget={"max_steps": 2},
+            selection={"rule": "max_variance", "n": N, "m": M, "groups_per_prompt": G},
+            eval={"inline": False},
+        )
+    )
     seen["select"].clear()  # the config check's own trial call
     trainer.train(cfg, progress=False)
 

@@ -6,7 +6,14 @@ import stat
 import pytest
 
 from pods_bench.errors import PodsBenchError
-from pods_bench.io import append_jsonl, atomic_write_json, atomic_write_with, read_jsonl, remove_temporaries, truncate_jsonl
+from pods_bench.io import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_with,
+    read_jsonl,
+    remove_temporaries,
+    truncate_jsonl,
+)
 
 
 def test_atomic_files_get_the_permissions_a_plain_open_would_give(tmp_path):

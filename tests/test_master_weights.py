@@ -5,7 +5,6 @@ loses every step smaller than half a bf16 ulp, which at lr 5e-6 is most of them.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import pytest
 import torch
@@ -29,8 +28,10 @@ def share_of_weights_changed(dtype: str) -> float:
 
     AcceleratorState._reset_state(True)  # the process-wide state may hold another test's precision
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    cfg = TrainConfig(model=ModelConfig(name="tiny", tiny=SMALL, dtype=dtype, mixed_precision="bf16"),
-                      optim=OptimConfig(lr=5e-6, max_grad_norm=1e9, micro_batch_size=4))
+    cfg = TrainConfig(
+        model=ModelConfig(name="tiny", tiny=SMALL, dtype=dtype, mixed_precision="bf16"),
+        optim=OptimConfig(lr=5e-6, max_grad_norm=1e9, micro_batch_size=4),
+    )
     model, tokenizer = load_policy(cfg)
     before = copy.deepcopy(model.state_dict())
     prepared = accelerator.prepare(model)

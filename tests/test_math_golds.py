@@ -37,7 +37,9 @@ def test_training_uses_the_chosen_golds(tmp_path, data_dir):
     released, _, _ = load_training_prompts(config_from_dict(tiny_run(tmp_path, **settings)), tokenizer)
     assert [p.id for p in balanced] == [p.id for p in released]
     changed = [(b.gold, r.gold) for b, r in zip(balanced, released) if b.gold != r.gold]
-    assert changed and all(r == released_math_gold(b_sol) for (_, r), b_sol in
-                           zip(changed, [b.solution for b, r in zip(balanced, released) if b.gold != r.gold]))
+    assert changed and all(
+        r == released_math_gold(b_sol)
+        for (_, r), b_sol in zip(changed, [b.solution for b, r in zip(balanced, released) if b.gold != r.gold])
+    )
     with pytest.raises(PodsBenchError, match="task.math_gold: 'released' applies to task math only"):
         config_from_dict(tiny_run(tmp_path, task={"math_gold": "released"}))

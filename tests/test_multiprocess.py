@@ -33,9 +33,25 @@ def two_process_command(config: Path) -> list[str]:
     process unless mpirun is used.)"""
     accelerate = Path(sys.executable).with_name("accelerate")
     return [
-        str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
-        "-m", "pods_bench", "train", "--config", str(config), "--no-progress",
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        "pods_bench",
+        "train",
+        "--config",
+        str(config),
+        "--no-progress",
     ]
 
 
@@ -72,18 +88,28 @@ def test_two_processes_train_identical_weights_and_log_once(tmp_path):
 def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path):
     """SIGKILL to the launcher and both training processes (a preempted 8-GPU job, in small), then
     the same command again: the run resumes from its last checkpoint on both processes."""
-    settings = dict(budget={"max_steps": 6, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
-                    eval={"n_problems": 4}, reward={"workers": 1})
+    settings = dict(
+        budget={"max_steps": 6, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
+        eval={"n_problems": 4},
+        reward={"workers": 1},
+    )
     runs = {}
     for name in ("straight", "killed"):
         runs[name] = tmp_path / name
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(tiny_run(runs[name], **settings)))
 
-    done = subprocess.run(two_process_command(tmp_path / "straight.yaml"), capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run(
+        two_process_command(tmp_path / "straight.yaml"), capture_output=True, text=True, timeout=600, env=ENV
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
-    job = subprocess.Popen(two_process_command(tmp_path / "killed.yaml"), env=ENV, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    job = subprocess.Popen(
+        two_process_command(tmp_path / "killed.yaml"),
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     log = runs["killed"] / "train_log.jsonl"
     deadline = time.monotonic() + 300
     while not (log.exists() and log.read_text().count("\n") >= 3):  # past the step-2 checkpoint
@@ -99,11 +125,15 @@ def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path):
     newest = max(p.name for p in (runs["killed"] / "checkpoints").glob("step-*"))
     assert killed_at < 6 and newest in ("step-000002", "step-000004")
 
-    done = subprocess.run(two_process_command(tmp_path / "killed.yaml"), capture_output=True, text=True, timeout=600, env=ENV)
+    done = subprocess.run(
+        two_process_command(tmp_path / "killed.yaml"), capture_output=True, text=True, timeout=600, env=ENV
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     info = json.loads((runs["killed"] / "run.json").read_text())
     assert [r["checkpoint"] for r in info["resumed"]] == [newest]
     for log_name in ("train_log.jsonl", "eval.jsonl"):
-        assert without_timings(read_lines(runs["killed"] / log_name)) == without_timings(read_lines(runs["straight"] / log_name))
-    final = lambda run: json.loads((run / "checkpoints/step-000006/state.json").read_text())["params_sha256"]  # noqa: E731
+        assert without_timings(read_lines(runs["killed"] / log_name)) == without_timings(
+            read_lines(runs["straight"] / log_name)
+        )
+    final = lambda run: json.loads((run / "checkpoints/step-000006/state.json").read_text())["params_sha256"]
     assert final(runs["killed"]) == final(runs["straight"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 import subprocess
-from collections import Counter
 import sys
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -59,7 +59,9 @@ def test_seconds_cap_stops_training_early():
 def test_loss_covers_completion_tokens_only():
     tokenizer = build_char_tokenizer()
     problems = get_task("arith").load("train")[:2]
-    prompt_ids = tokenizer([render_prompt(QUICK, p, tokenizer) for p in problems], add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenizer([render_prompt(QUICK, p, tokenizer) for p in problems], add_special_tokens=False)[
+        "input_ids"
+    ]
     input_ids, mask, labels = make_batch(prompt_ids, [p.solution for p in problems], tokenizer)
     for row, (p, ids) in enumerate(zip(problems, prompt_ids)):
         n = int(mask[row].sum())
@@ -103,7 +105,9 @@ def test_refuses_to_overwrite_a_folder_it_did_not_write(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize("args, message", [(["--seconds", "0"], "seconds must be > 0"), (["--steps", "-3"], "steps must be >= 1")])
+@pytest.mark.parametrize(
+    "args, message", [(["--seconds", "0"], "seconds must be > 0"), (["--steps", "-3"], "steps must be >= 1")]
+)
 def test_cli_bad_budget(tmp_path, args, message):
     out = subprocess.run(
         [sys.executable, "-m", "pods_bench", "pretrain", "--out", str(tmp_path / "warm"), *args],
@@ -112,7 +116,9 @@ def test_cli_bad_budget(tmp_path, args, message):
         timeout=120,
     )
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("pods-bench: error: ") and message in lines[0]
+    assert (
+        out.returncode == 2 and len(lines) == 1 and lines[0].startswith("pods-bench: error: ") and message in lines[0]
+    )
     assert not (tmp_path / "warm").exists()
 
 

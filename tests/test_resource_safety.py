@@ -19,7 +19,13 @@ from pods_bench.config import config_from_dict
 from pods_bench.evaluate import evaluate_run
 from pods_bench.rewards import RewardConfig, RewardFunction
 from pods_bench.train import train
-from tests.processes import handles_signal, leftover_processes, session_processes, still_running_after, with_default_signals
+from tests.processes import (
+    handles_signal,
+    leftover_processes,
+    session_processes,
+    still_running_after,
+    with_default_signals,
+)
 from tests.tiny_runs import read_lines, tiny_run
 
 WITH_POOL = {"workers": 1}  # a real grading process
@@ -55,8 +61,12 @@ def test_an_exception_mid_training_shuts_the_pool_down(tmp_path, monkeypatch):
 
 
 def test_an_exception_mid_evaluation_shuts_the_pool_down(tmp_path, monkeypatch):
-    run_dir = train(config_from_dict(tiny_run(tmp_path / "run", budget={"max_steps": 1}, reward=WITH_POOL,
-                                              eval={"inline": False})), progress=False)
+    run_dir = train(
+        config_from_dict(
+            tiny_run(tmp_path / "run", budget={"max_steps": 1}, reward=WITH_POOL, eval={"inline": False})
+        ),
+        progress=False,
+    )
     import pods_bench.evaluate as evaluation
 
     def failing(*args, **kwargs):
@@ -70,17 +80,21 @@ def test_an_exception_mid_evaluation_shuts_the_pool_down(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, code, message", [(signal.SIGINT, 130, "pods-bench: interrupted"),
-                                                 (signal.SIGTERM, 143, "pods-bench: terminated (SIGTERM)")])
+@pytest.mark.parametrize(
+    "sig, code, message",
+    [(signal.SIGINT, 130, "pods-bench: interrupted"), (signal.SIGTERM, 143, "pods-bench: terminated (SIGTERM)")],
+)
 def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code, message):
     config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump(tiny_run(tmp_path / "run", reward=WITH_POOL, budget={"max_steps": 400},
-                                              eval={"inline": False})))
+    config.write_text(
+        yaml.safe_dump(tiny_run(tmp_path / "run", reward=WITH_POOL, budget={"max_steps": 400}, eval={"inline": False}))
+    )
     command = [sys.executable, "-m", "pods_bench", "train", "--config", str(config), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # as from an interactive shell, whatever this test run inherited (a backgrounded shell ignores SIGINT)
-    proc = subprocess.Popen(with_default_signals(command), env=env, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        with_default_signals(command), env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     log = tmp_path / "run/train_log.jsonl"
     deadline = time.monotonic() + 120
     while not (log.exists() and log.read_text().count("\n") >= 2):

@@ -16,7 +16,9 @@ from pods_bench.rewards.recipes import REWARD_RECIPES
 from pods_bench.tasks import Problem
 from tests.tiny_runs import tiny_run
 
-GSM8K_SOLUTION = "She eats 3 and bakes with 4, so 16 - 3 - 4 = <<16-3-4=9>>9 are left.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"
+GSM8K_SOLUTION = (
+    "She eats 3 and bakes with 4, so 16 - 3 - 4 = <<16-3-4=9>>9 are left.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"
+)
 COMPLETIONS = [
     "<think>\n16-3-4=9, 9*2=18\n</think>\n<answer>\n18\n</answer>",  # correct, well formed
     "<think>\n16-3-4=9, 9*2=18\n</think>\n<answer>\n17\n</answer>",  # wrong, well formed
@@ -49,8 +51,10 @@ def graded(recipe: str, completions=COMPLETIONS, gold: str = "18", solution: str
 
 def test_pods_gsm8k_shaping_counts_only_for_wrong_answers():
     out = graded("pods-gsm8k")
-    expected = [1.0 if c else official_format_score(t, 0.1) + official_tag_count(t, 0.025)
-                for t, c in zip(COMPLETIONS, out.correctness)]
+    expected = [
+        1.0 if c else official_format_score(t, 0.1) + official_tag_count(t, 0.025)
+        for t, c in zip(COMPLETIONS, out.correctness)
+    ]
     assert out.total == pytest.approx(expected, abs=1e-12)
     assert list(out.correctness) == [1, 0, 0, 1, 1, 1, 1, 0]
     assert out.total[0] == 1.0 and out.total[1] == pytest.approx(0.2)  # the ungated form would give 1.2 / 0.2
@@ -63,8 +67,10 @@ def test_pods_math_nf_is_correctness_alone():
 
 def test_pods_llama_is_ungated_with_weights_001():
     out = graded("pods-llama")
-    expected = [c + 0.01 * official_format_score(t, 1.0) + 0.01 * official_tag_count(t, 0.25)
-                for t, c in zip(COMPLETIONS, out.correctness)]
+    expected = [
+        c + 0.01 * official_format_score(t, 1.0) + 0.01 * official_tag_count(t, 0.25)
+        for t, c in zip(COMPLETIONS, out.correctness)
+    ]
     assert out.total == pytest.approx(expected, abs=1e-12)
     assert out.total[0] == pytest.approx(1.02)
 
@@ -105,7 +111,10 @@ def test_a_recipe_sets_its_keys_and_refuses_conflicting_ones(tmp_path):
     cfg = config_from_dict(tiny_run(tmp_path, reward={"recipe": "pods-gsm8k", "workers": 0}))
     recipe = REWARD_RECIPES["pods-gsm8k"]
     assert (cfg.reward.format_weight, cfg.reward.shaping_only_when_wrong, cfg.reward.grading) == (
-        recipe.format_weight, True, "released-1gpu")
+        recipe.format_weight,
+        True,
+        "released-1gpu",
+    )
     # run.json's resolved config reads back (resume) although it now spells the recipe's values out
     assert config_from_dict(cfg.to_dict()).reward == cfg.reward
     with pytest.raises(PodsBenchError, match="reward format_weight is set by recipe 'pods-gsm8k'"):

@@ -169,7 +169,9 @@ def test_in_process_grading_needs_the_main_thread():
 
 def test_verifier_errors_are_counted(reward):
     # math-verify raises (and swallows) inside the comparison of a clock time with these
-    result = reward(["<answer>zoo</answer>", r"<answer>\frac{1}{0}</answer>", r"<answer>05\!:\!00</answer>"], [r"05\!:\!00"] * 3)
+    result = reward(
+        ["<answer>zoo</answer>", r"<answer>\frac{1}{0}</answer>", r"<answer>05\!:\!00</answer>"], [r"05\!:\!00"] * 3
+    )
     assert list(result.correctness) == [0, 0, 1]
     assert result.n_errors == 2 and result.n_timeouts == 0
 
@@ -249,7 +251,19 @@ def test_format_style_is_configurable():
 OFFICIAL_FORMAT = re.compile(r"<think>.*</think>[ \n]?<answer>.*</answer>", re.DOTALL)
 OFFICIAL_FORMAT_CORRECT = re.compile(r"^[ \n]?<think>.*</think>[ \n]?<answer>.*</answer>[ \n]?$", re.DOTALL)
 PIECE = st.sampled_from(
-    ["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "x", "<", "<think>\n", "\n</think>\n<answer>\n", "\n</answer>"]
+    [
+        "<think>",
+        "</think>",
+        "<answer>",
+        "</answer>",
+        " ",
+        "\n",
+        "x",
+        "<",
+        "<think>\n",
+        "\n</think>\n<answer>\n",
+        "\n</answer>",
+    ]
 )
 PIECES = st.lists(PIECE, max_size=12).map("".join)
 

@@ -75,7 +75,9 @@ def test_adversarial_completions_are_graded_safely(tmp_path):
             bound = batch_bound_s(config, len(batch), result.n_timeouts, result.n_killed)
             batch_times.append((wall, bound))
             if wall > bound:
-                over_bound.append(f"{wall:.1f} s > {bound:.1f} s ({result.n_timeouts} timeouts, {result.n_killed} killed)")
+                over_bound.append(
+                    f"{wall:.1f} s > {bound:.1f} s ({result.n_timeouts} timeouts, {result.n_killed} killed)"
+                )
             assert len(result.total) == len(batch)
             assert set(np.unique(result.correctness)) <= {0.0, 1.0}
             assert np.all((result.total >= 0) & (result.total <= 1.2 + 1e-9))

@@ -12,7 +12,6 @@ import copy
 import importlib.util
 
 import pytest
-import torch
 from transformers import GenerationConfig
 
 from pods_bench.config import config_from_dict
@@ -21,7 +20,9 @@ from pods_bench.engines.hf import HFEngine
 from pods_bench.models import TinyModelConfig, build_char_tokenizer, build_tiny_model, save_model
 from tests.tiny_runs import tiny_run
 
-POLLUTED = dict(repetition_penalty=3.0, no_repeat_ngram_size=2, top_k=2, top_p=0.5, min_p=0.3, typical_p=0.5, temperature=0.3)
+POLLUTED = dict(
+    repetition_penalty=3.0, no_repeat_ngram_size=2, top_k=2, top_p=0.5, min_p=0.3, typical_p=0.5, temperature=0.3
+)
 QUESTIONS = ["What is 2+3?", "Ann has 3 pens, buys 4, loses 2. How many?"]
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=24)
 SAMPLED = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=24, seed=7)
@@ -34,8 +35,10 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def prompts(tokenizer):
-    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-            for q in QUESTIONS]
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in QUESTIONS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,9 @@ def clean(tokenizer):
 @pytest.fixture(scope="module")
 def polluted(clean):
     model = copy.deepcopy(clean)
-    model.generation_config = GenerationConfig(**{**model.generation_config.to_diff_dict(), **POLLUTED, "do_sample": True})
+    model.generation_config = GenerationConfig(
+        **{**model.generation_config.to_diff_dict(), **POLLUTED, "do_sample": True}
+    )
     return model
 
 
@@ -71,12 +76,19 @@ def test_the_hf_engine_applies_the_configured_parameters(clean, tokenizer, promp
     """The explicit parameters are the configured ones: a repetition penalty set in the config does change
     greedy rollouts, exactly as the same penalty set through generate."""
     plain = HFEngine(clean, tokenizer).generate(prompts, 1, GREEDY).completion_ids
-    penalised = HFEngine(clean, tokenizer).generate(prompts, 1, SamplingConfig(**{**GREEDY.__dict__, "repetition_penalty": 3.0}))
+    penalised = HFEngine(clean, tokenizer).generate(
+        prompts, 1, SamplingConfig(**{**GREEDY.__dict__, "repetition_penalty": 3.0})
+    )
     assert penalised.completion_ids != plain
     ids = tokenizer(prompts[0], add_special_tokens=False, return_tensors="pt")["input_ids"]
-    config = GenerationConfig(do_sample=False, repetition_penalty=3.0, max_new_tokens=24, pad_token_id=tokenizer.pad_token_id,
-                              eos_token_id=HFEngine(clean, tokenizer).eos_ids)
-    reference = clean.generate(ids, generation_config=config)[0, ids.shape[1]:].tolist()
+    config = GenerationConfig(
+        do_sample=False,
+        repetition_penalty=3.0,
+        max_new_tokens=24,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=HFEngine(clean, tokenizer).eos_ids,
+    )
+    reference = clean.generate(ids, generation_config=config)[0, ids.shape[1] :].tolist()
     assert penalised.completion_ids[0][0] == reference[: len(penalised.completion_ids[0][0])]
 
 
@@ -86,7 +98,11 @@ def test_every_sampling_parameter_is_recorded_in_the_resolved_config(tmp_path):
     for section in ("sampling", "eval"):
         assert {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"} <= set(recorded[section])
     assert (recorded["sampling"]["top_k"], recorded["sampling"]["repetition_penalty"]) == (50, 1.05)
-    assert (recorded["eval"]["top_k"], recorded["eval"]["min_p"], recorded["eval"]["repetition_penalty"]) == (0, 0.0, 1.0)
+    assert (recorded["eval"]["top_k"], recorded["eval"]["min_p"], recorded["eval"]["repetition_penalty"]) == (
+        0,
+        0.0,
+        1.0,
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -41,7 +41,7 @@ def reward_matrices(draw, values=REWARD_VALUES["gsm8k"], max_n=12, max_prompts=3
     return torch.tensor(rows, dtype=torch.float32), draw(st.integers(1, n))
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_subsets(n: int, m: int) -> np.ndarray:
     return np.array(list(itertools.combinations(range(n), m)), dtype=np.int64).reshape(-1, m)
 

@@ -15,8 +15,9 @@ from tests.test_multiprocess import ENV, two_process_command
 from tests.tiny_runs import read_lines, tiny_run, without_timings
 
 pytestmark = pytest.mark.slow
-SETTINGS = dict(budget={"max_steps": 4, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
-                eval={"inline": False})
+SETTINGS = dict(
+    budget={"max_steps": 4, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2}, eval={"inline": False}
+)
 
 
 def launch(tmp_path, name: str, run_dir, **changes):
@@ -38,8 +39,11 @@ def test_sharded_adamw_equals_adamw_and_resumes_exactly(tmp_path):
     launch(tmp_path, "plain", plain)
     # sharded: 2 steps, then the same run resumed to 4 (the optimizer state comes back from the checkpoint)
     launch(tmp_path, "sharded-a", sharded, optim={"shard_optimizer_state": True}, budget={"max_steps": 2})
+
     # the checkpoint holds the whole optimizer state, gathered from both shards: AdamW's own moments
-    state = lambda run: torch.load(run / "checkpoints/step-000002/trainer.pt", weights_only=False)["optimizer"]["state"]  # noqa: E731
+    def state(run):
+        return torch.load(run / "checkpoints/step-000002/trainer.pt", weights_only=False)["optimizer"]["state"]
+
     gathered, reference = state(sharded), state(plain)
     assert sorted(gathered) == sorted(reference) and len(reference) > 10
     for index, moments in reference.items():
@@ -48,5 +52,7 @@ def test_sharded_adamw_equals_adamw_and_resumes_exactly(tmp_path):
     launch(tmp_path, "sharded-b", sharded, optim={"shard_optimizer_state": True})
 
     assert [r["checkpoint"] for r in json.loads((sharded / "run.json").read_text())["resumed"]] == ["step-000002"]
-    assert without_timings(read_lines(sharded / "train_log.jsonl")) == without_timings(read_lines(plain / "train_log.jsonl"))
+    assert without_timings(read_lines(sharded / "train_log.jsonl")) == without_timings(
+        read_lines(plain / "train_log.jsonl")
+    )
     assert final_sha(sharded) == final_sha(plain)

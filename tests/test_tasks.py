@@ -115,7 +115,12 @@ def test_gold_answers(data_dir):
 def test_gold_helpers():
     assert gsm8k_gold("so 3 + 4 = 7\n#### 1,234,567") == "1234567"
     assert gsm8k_gold("no final line") is None
-    assert number_text(27.0) == "27" and number_text(-1.0) == "-1" and number_text(2.5) == "2.5" and number_text(" 7 ") == "7"
+    assert (
+        number_text(27.0) == "27"
+        and number_text(-1.0) == "-1"
+        and number_text(2.5) == "2.5"
+        and number_text(" 7 ") == "7"
+    )
 
 
 def test_limit(data_dir):
@@ -174,7 +179,9 @@ def test_malformed_rows(tmp_path):
     rows = [{"question": "q", "answer": "#### 1"}, {"question": "q", "answer": "no marker"}]
     write_jsonl(tmp_path / "gsm8k" / "test.jsonl", rows)
     assert "gsm8k/test/1: answer has no '#### <final answer>' line" in _error(tmp_path)
-    write_jsonl(tmp_path / "gsm8k" / "test.jsonl", [{"question": "q", "answer": "#### 1"}, {"question": "q", "answer": None}])
+    write_jsonl(
+        tmp_path / "gsm8k" / "test.jsonl", [{"question": "q", "answer": "#### 1"}, {"question": "q", "answer": None}]
+    )
     assert "test.jsonl: row 1 has no value for field 'answer'" in _error(tmp_path)
     write_jsonl(tmp_path / "math" / "test.jsonl", [{"problem": "p", "solution": "no box"}])
     assert "math/test/0: solution has no \\boxed answer" in _error(tmp_path, "math")
@@ -215,7 +222,9 @@ def test_cli_process_exit_status(tmp_path, argv, named):
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "test.jsonl").write_text("")
     argv = [a.replace("{empty}", str(tmp_path)) for a in argv]
-    out = subprocess.run([str(Path(sys.executable).parent / "pods-bench"), *argv], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "pods-bench"), *argv], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and named in out.stderr and "Traceback" not in out.stderr
 
@@ -245,7 +254,9 @@ def tiny_tokenizer(chat_template: str | None = CHATML):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     lines = [SYSTEM_PROMPT_INSTRUCT, SYSTEM_PROMPT_BASE, "What is 2 + 3 ? one two three four", "system user assistant"]
     tok.train_from_iterator(lines, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<|im_start|>", "<|im_end|>"]))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<|im_end|>", chat_template=chat_template)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", eos_token="<|im_end|>", chat_template=chat_template
+    )
 
 
 PROBLEM = Problem("demo/test/0", "What is 2 + 3?", "5")
@@ -253,7 +264,10 @@ PROBLEM = Problem("demo/test/0", "What is 2 + 3?", "5")
 
 def test_instruct_prompt():
     prompt = build_prompt(PROBLEM, tiny_tokenizer())
-    system, user = f"<|im_start|>system\n{SYSTEM_PROMPT_INSTRUCT}<|im_end|>\n", "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n"
+    system, user = (
+        f"<|im_start|>system\n{SYSTEM_PROMPT_INSTRUCT}<|im_end|>\n",
+        "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n",
+    )
     assert prompt == system + user + "<|im_start|>assistant\n"
     custom = build_prompt(PROBLEM, tiny_tokenizer(), system_prompt="Be brief.")
     assert custom.startswith("<|im_start|>system\nBe brief.<|im_end|>")
@@ -287,7 +301,10 @@ def test_prompts_do_not_depend_on_the_day(monkeypatch, template):
         return render()
 
     days = [datetime(2026, 1, 2), datetime(2027, 12, 31)]
-    raw = [on(d, lambda: tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)) for d in days]
+    raw = [
+        on(d, lambda: tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        for d in days
+    ]
     assert raw[0] != raw[1]  # the template really reads the clock
     built = [on(d, lambda: build_prompt(PROBLEM, tokenizer)) for d in days]
     assert built[0] == built[1]
@@ -296,7 +313,9 @@ def test_prompts_do_not_depend_on_the_day(monkeypatch, template):
 
 def test_filter_by_prompt_length():
     tokenizer = tiny_tokenizer()
-    kept, dropped = filter_by_prompt_length(["one two", "one two three four", "one", "one two three"], tokenizer, max_tokens=3)
+    kept, dropped = filter_by_prompt_length(
+        ["one two", "one two three four", "one", "one two three"], tokenizer, max_tokens=3
+    )
     assert (kept, dropped) == ([0, 2, 3], 1)
     assert filter_by_prompt_length([], tokenizer, 3) == ([], 0)
 

@@ -52,9 +52,17 @@ def test_a_short_run_writes_the_results_contract(tmp_path):
 
     info = json.loads((run_dir / "run.json").read_text())
     assert (info["status"], info["stop_reason"], info["step"]) == ("finished", "max_steps", 3)
-    assert info["config"]["selection"] == {"rule": "max_variance", "n": 4, "m": 2, "groups_per_prompt": 1,
-                                           "filter_uniform_groups": False, "scale_advantage_by_std": True}
-    assert {"torch", "transformers", "peft", "accelerate", "math-verify", "pods-bench", "vllm"} <= set(info["versions"])
+    assert info["config"]["selection"] == {
+        "rule": "max_variance",
+        "n": 4,
+        "m": 2,
+        "groups_per_prompt": 1,
+        "filter_uniform_groups": False,
+        "scale_advantage_by_std": True,
+    }
+    assert {"torch", "transformers", "peft", "accelerate", "math-verify", "pods-bench", "vllm"} <= set(
+        info["versions"]
+    )
     assert info["versions"]["torch"] == torch.__version__
     assert info["hardware"]["world_size"] == 1 and info["hardware"]["cpu_cores"] >= 1
     assert info["started_at"] <= info["finished_at"] and info["resumed"] == []
@@ -86,13 +94,17 @@ def test_resume_after_a_crash_matches_a_straight_run(tmp_path):
     # what a crash after step 4 and during step 5's checkpoint would leave behind
     (resumed / "checkpoints/.tmp-step-000005").mkdir()
     log = (resumed / "train_log.jsonl").read_text()
-    (resumed / "train_log.jsonl").write_text(log + log.splitlines()[-1].replace('"step": 3', '"step": 4') + '\n{"step": 5, "tr')
+    (resumed / "train_log.jsonl").write_text(
+        log + log.splitlines()[-1].replace('"step": 3', '"step": 4') + '\n{"step": 5, "tr'
+    )
     with open(resumed / "eval.jsonl", "a") as f:
         f.write(json.dumps({"checkpoint": "step-000005", "step": 5, "benchmark": "arith"}) + "\n")
     run(tmp_path / "resumed", budget={"max_steps": 6})
 
-    assert without_timings(read_lines(resumed / "train_log.jsonl")) == without_timings(read_lines(straight / "train_log.jsonl"))
-    sha = lambda d: json.loads((d / "checkpoints/step-000006/state.json").read_text())["params_sha256"]  # noqa: E731
+    assert without_timings(read_lines(resumed / "train_log.jsonl")) == without_timings(
+        read_lines(straight / "train_log.jsonl")
+    )
+    sha = lambda d: json.loads((d / "checkpoints/step-000006/state.json").read_text())["params_sha256"]
     assert sha(resumed) == sha(straight)
     evals = read_lines(resumed / "eval.jsonl")
     assert [e["checkpoint"] for e in evals] == ["step-000000", "step-000003", "step-000006"]
@@ -145,10 +157,26 @@ def test_time_budget_checkpoints_and_evaluation_afterwards(tmp_path, capsys):
     assert "0 eval records" in capsys.readouterr().out
 
     # a second benchmark setting, pruning evaluated checkpoints but the newest
-    assert cli(["evaluate", str(run_dir), "--set", "eval.benchmarks=gsm8k", "--set", "eval.keep_checkpoints=last",
-                "--set", "data_dir=" + str(tmp_path / "no-data")]) == 2  # gsm8k is not in that folder
+    assert (
+        cli(
+            [
+                "evaluate",
+                str(run_dir),
+                "--set",
+                "eval.benchmarks=gsm8k",
+                "--set",
+                "eval.keep_checkpoints=last",
+                "--set",
+                "data_dir=" + str(tmp_path / "no-data"),
+            ]
+        )
+        == 2
+    )  # gsm8k is not in that folder
     shutil.copytree(run_dir, tmp_path / "copy")
-    assert cli(["evaluate", str(tmp_path / "copy"), "--set", "eval.keep_checkpoints=last", "--set", "eval.n_problems=3"]) == 0
+    assert (
+        cli(["evaluate", str(tmp_path / "copy"), "--set", "eval.keep_checkpoints=last", "--set", "eval.n_problems=3"])
+        == 0
+    )
     assert [p.name for p in (tmp_path / "copy/checkpoints").iterdir()] == [f"step-{states[-1]['step']:06d}"]
 
 
@@ -166,7 +194,9 @@ def test_lora_with_kl_and_several_updates(tmp_path):
     assert all(math.isfinite(r["loss"]) and r["kl"] >= 0 for r in steps)
     adapter = [load_file(run_dir / f"checkpoints/step-00000{s}/model/adapter_model.safetensors") for s in (0, 2)]
     assert not (run_dir / "checkpoints/step-000002/model/model.safetensors").exists()  # the adapter only
-    assert all("lora_" in k for k in adapter[0]) and any(not torch.equal(adapter[0][k], adapter[1][k]) for k in adapter[0])
+    assert all("lora_" in k for k in adapter[0]) and any(
+        not torch.equal(adapter[0][k], adapter[1][k]) for k in adapter[0]
+    )
     assert cli(["evaluate", str(run_dir)]) == 0  # evaluation loads base model + adapter
     assert [e["checkpoint"] for e in read_lines(run_dir / "eval.jsonl")] == ["step-000000", "step-000002"]
 
@@ -186,12 +216,16 @@ def test_the_vllm_engine_is_a_config_choice(tmp_path):
     run_dir = run(
         tmp_path / "vllm",
         # vLLM's CPU attention needs head_dim >= 32
-        model={"tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 128}},
+        model={
+            "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 128}
+        },
         engine={"name": "vllm", "options": {"max_model_len": 512}},
         budget={"max_steps": 2},
     )
     steps = read_lines(run_dir / "train_log.jsonl")
-    assert [r["step"] for r in steps] == [1, 2] and all(r["generated_tokens"] > 0 and r["grad_norm"] > 0 for r in steps)
+    assert [r["step"] for r in steps] == [1, 2] and all(
+        r["generated_tokens"] > 0 and r["grad_norm"] > 0 for r in steps
+    )
     evals = read_lines(run_dir / "eval.jsonl")
     # the engine samples from the updated weights: same seeds, different completions
     assert [e["completion"] for e in evals[0]["examples"]] != [e["completion"] for e in evals[1]["examples"]]
@@ -206,7 +240,10 @@ def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
     with locked(tmp_path / "run" / ".train.lock"):  # what a running trainer holds
         assert cli(["train", "--config", str(config), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err == f"pods-bench: error: {tmp_path / 'run'} is being trained by another process (it holds .train.lock); stop it first\n"
+    assert (
+        err
+        == f"pods-bench: error: {tmp_path / 'run'} is being trained by another process (it holds .train.lock); stop it first\n"
+    )
     assert not (tmp_path / "run" / "run.json").exists()
     assert cli(["train", "--config", str(config), "--no-progress"]) == 0  # the lock died with its holder
 
@@ -214,7 +251,9 @@ def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path, capsys):
 def test_two_evaluators_of_a_run_never_duplicate_a_record(tmp_path):
     from pods_bench.evaluate import append_eval_records
 
-    records = [{"checkpoint": "step-000000", "step": 0, "benchmark": b, "answer_acc": [0.5]} for b in ("arith", "gsm8k")]
+    records = [
+        {"checkpoint": "step-000000", "step": 0, "benchmark": b, "answer_acc": [0.5]} for b in ("arith", "gsm8k")
+    ]
     assert append_eval_records(tmp_path, records[:1]) == 1
     assert append_eval_records(tmp_path, records) == 1  # arith was there already
     assert append_eval_records(tmp_path, records) == 0

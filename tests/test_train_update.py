@@ -94,7 +94,10 @@ def test_first_update_is_the_plain_policy_gradient_whatever_the_micro_batches(ag
     expected_norm = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
 
     for micro_batch_size in (1, 4, 16):
-        cfg = make_cfg(loss=LossConfig(aggregation=aggregation), optim=OptimConfig(lr=1e-3, max_grad_norm=1e9, micro_batch_size=micro_batch_size))
+        cfg = make_cfg(
+            loss=LossConfig(aggregation=aggregation),
+            optim=OptimConfig(lr=1e-3, max_grad_norm=1e9, micro_batch_size=micro_batch_size),
+        )
         _, _, stats, _ = run_update(cfg, sequences, accelerator)
         assert stats["grad_norm"] == pytest.approx(expected_norm, rel=1e-4), micro_batch_size
         assert stats["loss"] == pytest.approx(surrogate.item(), abs=1e-5)
@@ -154,8 +157,10 @@ def test_micro_batch_token_mean_is_the_mean_of_each_micro_batch_token_mean(micro
     """TRL's "bnpo" (the paper's 8-GPU runs): each micro-batch's loss is the mean over its own tokens,
     and the step's gradient is the mean over micro-batches, so the micro-batch size changes the update."""
     sequences = make_sequences()
-    cfg = make_cfg(loss=LossConfig(aggregation="micro_batch_token"),
-                   optim=OptimConfig(lr=1e-3, max_grad_norm=1e9, micro_batch_size=micro_batch_size))
+    cfg = make_cfg(
+        loss=LossConfig(aggregation="micro_batch_token"),
+        optim=OptimConfig(lr=1e-3, max_grad_norm=1e9, micro_batch_size=micro_batch_size),
+    )
     model, tokenizer = load_policy(cfg)
     chunks = [sequences[i : i + micro_batch_size] for i in range(0, len(sequences), micro_batch_size)]
     objective = 0.0

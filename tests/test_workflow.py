@@ -99,8 +99,13 @@ def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):
     pods = next(line for line in shell if "arm=pods_n128_m32" in line and "seed=21" in line)
     # multi-GPU training goes through the distributed engine with the setup's process count
     assert "accelerate launch --num_processes 8" in pods and "-m pods_bench train" in pods
-    for item in ("selection.rule=max_variance", "selection.n=128", "selection.m=32", "selection.groups_per_prompt=4",
-                 "output_dir=results/h100x8/runs/pods_n128_m32/seed21"):
+    for item in (
+        "selection.rule=max_variance",
+        "selection.n=128",
+        "selection.m=32",
+        "selection.groups_per_prompt=4",
+        "output_dir=results/h100x8/runs/pods_n128_m32/seed21",
+    ):
         assert f"--set {item}" in pods
     # resources from config/hardware.yaml (h100x8): 8 H100s, runtime = 30 min budget x 1.5 + 60
     assert "gpu=8" in out.stdout and "gpu_model=h100" in out.stdout and "runtime=105" in out.stdout
@@ -136,8 +141,9 @@ def test_paper_figures_from_the_published_logs(tmp_path, data_dir):
     out = snakemake(tmp_path / "w1", "-n", "paper_figures", "--config", "paper_logs=no/such/folder")
     assert out.returncode != 0 and str(PROJECT_ROOT / "no" / "such" / "folder") in out.stdout + out.stderr
     # ... and PODS_BENCH_PAPER_LOGS overrides it: tables and figures of every published setting
-    out = snakemake(tmp_path, "--cores", "1", "paper_figures",
-                    env={"PODS_BENCH_PAPER_LOGS": str(data_dir / "pods-paper-logs")})
+    out = snakemake(
+        tmp_path, "--cores", "1", "paper_figures", env={"PODS_BENCH_PAPER_LOGS": str(data_dir / "pods-paper-logs")}
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     settings = sorted(p.parent.name for p in (tmp_path / "results" / "paper").glob("*/summary"))
     assert settings, "no published setting analysed"
@@ -168,7 +174,9 @@ def test_profiles(tmp_path):
     assert slurm.pop("executor") == "slurm"
     (tmp_path / "slurm").mkdir()
     (tmp_path / "slurm" / "config.yaml").write_text(yaml.safe_dump(slurm))
-    out = snakemake(tmp_path, "-n", "--profile", str(tmp_path / "slurm"), "--configfile", str(CONFIG_DIR / "gsm8k_main.yaml"))
+    out = snakemake(
+        tmp_path, "-n", "--profile", str(tmp_path / "slurm"), "--configfile", str(CONFIG_DIR / "gsm8k_main.yaml")
+    )
     assert out.returncode == 0, out.stderr
     train = [line for line in out.stdout.splitlines() if "gpu_model=l40s" in line]
     assert len(train) == 40  # 20 training + 20 evaluation jobs, each asking for one L40S

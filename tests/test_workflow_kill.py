@@ -39,15 +39,27 @@ pytestmark = pytest.mark.slow
 SHORT_STEPS_SMOKE = {
     "seeds": [0, 1],
     "warm_start": {"name": "arith-tiny-test", "steps": 60},
-    "train": {"budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2,
-                         "checkpoint_every_s": 3600},
-              "eval": {"n_problems": 20}},
+    "train": {
+        "budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2, "checkpoint_every_s": 3600},
+        "eval": {"n_problems": 20},
+    },
     "resources": {"train": {"runtime_min": 10}},  # a step budget gives the scheduler no runtime to derive
 }
 RUNS = ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m4/seed0", "pods_n16_m4/seed1"]
 PROFILE = str(PROJECT_ROOT / "profiles" / "local")  # the documented commands' profile (rerun-incomplete)
 # what speedups.csv holds that does not depend on wall-clock times
-CLOCK_FREE_COLUMNS = ["experiment", "benchmark", "metric", "baseline", "arm", "is_baseline", "n", "m", "rule", "n_seeds"]
+CLOCK_FREE_COLUMNS = [
+    "experiment",
+    "benchmark",
+    "metric",
+    "baseline",
+    "arm",
+    "is_baseline",
+    "n",
+    "m",
+    "rule",
+    "n_seeds",
+]
 
 
 def markers(workdir) -> dict[str, float]:
@@ -74,14 +86,19 @@ def snakemake_record(workdir, kind: str, output: str) -> Path:
 def recorded(workdir) -> dict[str, float]:
     """Markers of the jobs Snakemake has recorded as finished -> modification time (a kill can also
     land, by chance, between a marker and its record: that job is rerun)."""
-    return {k: t for k, t in markers(workdir).items()
-            if not snakemake_record(workdir, "incomplete", f"results/smoke/runs/{k}").exists()}
+    return {
+        k: t
+        for k, t in markers(workdir).items()
+        if not snakemake_record(workdir, "incomplete", f"results/smoke/runs/{k}").exists()
+    }
 
 
 def start_workflow(workdir, command: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *command],
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
 
@@ -115,14 +132,21 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
     # 1. SIGKILL to Snakemake and every job once a training job has finished and another is under way
     runs = killed / "results" / "smoke" / "runs"
     proc = start_workflow(killed, command, env)
-    wait_until(lambda: any(k.endswith("train.done") for k in recorded(killed))
-               and any((runs / r / "train_log.jsonl").exists() and not (runs / r / "train.done").exists() for r in RUNS),
-               proc)
+    wait_until(
+        lambda: (
+            any(k.endswith("train.done") for k in recorded(killed))
+            and any((runs / r / "train_log.jsonl").exists() and not (runs / r / "train.done").exists() for r in RUNS)
+        ),
+        proc,
+    )
     assert not kill_tree(proc)[1]  # Snakemake and every job process; nothing survived
     done_before = recorded(killed)
     interrupted = [r for r in RUNS if (runs / r / "run.json").exists() and f"{r}/train.done" not in done_before]
-    resumable = {r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))
-                 for r in interrupted if list((runs / r / "checkpoints").glob("step-*"))}
+    resumable = {
+        r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))
+        for r in interrupted
+        if list((runs / r / "checkpoints").glob("step-*"))
+    }
     assert done_before and interrupted and len(done_before) < 2 * len(RUNS)
     unlock(killed, configs)
 
@@ -133,9 +157,13 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
     pending = [r for r in RUNS if not (runs / r / "train.done").exists()]
     started_at = time.time()
     proc = start_workflow(killed, command, env)
-    wait_until(lambda: any(record.exists() and record.stat().st_mtime >= started_at
-                           for record in (snakemake_record(killed, "incomplete", train_marker(r)) for r in pending)),
-               proc)
+    wait_until(
+        lambda: any(
+            record.exists() and record.stat().st_mtime >= started_at
+            for record in (snakemake_record(killed, "incomplete", train_marker(r)) for r in pending)
+        ),
+        proc,
+    )
     fifos = [snakemake_record(killed, "metadata", train_marker(r)) for r in pending]
     for fifo in fifos:
         fifo.parent.mkdir(parents=True, exist_ok=True)
@@ -152,9 +180,11 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
     # 3. the same command completes the workflow
     rerun = snakemake(killed, *command, env=env, timeout=900)
     check_success(rerun, "smoke")
-    print(f"\nworkflow killed with {len(done_before)} of {2 * len(RUNS)} run jobs done, "
-          f"training interrupted in {interrupted}, resumed from {resumable}; "
-          f"killed again between {held}'s marker and its record")
+    print(
+        f"\nworkflow killed with {len(done_before)} of {2 * len(RUNS)} run jobs done, "
+        f"training interrupted in {interrupted}, resumed from {resumable}; "
+        f"killed again between {held}'s marker and its record"
+    )
 
     # only the missing jobs ran again: finished jobs' markers are untouched; the job killed in the
     # window ran again (rerun-incomplete), and its run, trained to the end, resumed from its last checkpoint
@@ -172,5 +202,5 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
     for run in RUNS:
         for log in ("train_log.jsonl", "eval.jsonl"):
             assert run_records(killed, run, log) == run_records(reference, run, log), (run, log)
-    summary = lambda workdir: pd.read_csv(workdir / "results/smoke/summary/speedups.csv")[CLOCK_FREE_COLUMNS]  # noqa: E731
+    summary = lambda workdir: pd.read_csv(workdir / "results/smoke/summary/speedups.csv")[CLOCK_FREE_COLUMNS]
     pd.testing.assert_frame_equal(summary(killed), summary(reference))

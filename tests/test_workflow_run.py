@@ -22,8 +22,13 @@ TINY_MODEL = {
     "hardware": "cpu",
     "seeds": [1],
     "train": {
-        "model": {"name": "tiny", "dtype": "float32", "mixed_precision": "no", "gradient_checkpointing": False,
-                  "tiny": {"max_position_embeddings": 1024}},
+        "model": {
+            "name": "tiny",
+            "dtype": "float32",
+            "mixed_precision": "no",
+            "gradient_checkpointing": False,
+            "tiny": {"max_position_embeddings": 1024},
+        },
         "engine": {"name": "hf"},  # vLLM's start-up alone would take longer than the whole run
         "sampling": {"max_new_tokens": 8},
         "reward": {"workers": 1},
@@ -53,8 +58,16 @@ def check_success(out, experiment: str) -> None:
 
 def test_paper_setting_end_to_end_with_the_tiny_model(tmp_path, data_dir):
     override = write_yaml(tmp_path / "tiny.yaml", TINY_MODEL)
-    out = snakemake(tmp_path, "--cores", "2", "--configfile", str(CONFIG_DIR / "gsm8k_main.yaml"), override,
-                    env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=900)
+    out = snakemake(
+        tmp_path,
+        "--cores",
+        "2",
+        "--configfile",
+        str(CONFIG_DIR / "gsm8k_main.yaml"),
+        override,
+        env={"PODS_BENCH_DATA_DIR": str(data_dir)},
+        timeout=900,
+    )
     check_success(out, "gsm8k_main")
 
     exp = tmp_path / "results" / "gsm8k_main"

@@ -7,13 +7,24 @@ import json
 from pathlib import Path
 
 # Timing fields differ between otherwise identical runs.
-TIMING_FIELDS = {"train_time_s", "time_gen_s", "time_reward_s", "time_select_s", "time_update_s", "time_sync_s", "eval_time_s"}
+TIMING_FIELDS = {
+    "train_time_s",
+    "time_gen_s",
+    "time_reward_s",
+    "time_select_s",
+    "time_update_s",
+    "time_sync_s",
+    "eval_time_s",
+}
 
 TINY_RUN = {
     "experiment": "test",
     "device": "cpu",
     "prompts_per_step": 4,
-    "model": {"name": "tiny", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}},
+    "model": {
+        "name": "tiny",
+        "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64},
+    },
     "task": {"name": "arith", "system_prompt": "Answer in tags.", "limit": 64},
     "sampling": {"temperature": 1.0, "max_new_tokens": 12},
     "selection": {"rule": "max_variance", "n": 4, "m": 2},

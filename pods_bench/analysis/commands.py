@@ -20,8 +20,14 @@ def _summaries(args, n_bootstrap: int):
     experiments, warnings = load_experiments(args.path, kind=args.kind, only=args.experiment)
     for warning in warnings:
         print(f"pods-bench: warning: {warning}", file=sys.stderr)
-    options = AnalysisOptions(baseline=args.baseline, q=args.q, benchmark=args.benchmark, metric=args.metric,
-                              n_bootstrap=n_bootstrap, seed=args.seed)
+    options = AnalysisOptions(
+        baseline=args.baseline,
+        q=args.q,
+        benchmark=args.benchmark,
+        metric=args.metric,
+        n_bootstrap=n_bootstrap,
+        seed=args.seed,
+    )
     # every experiment is summarised before anything is written, so that bad input for one of them
     # (say, a --baseline it lacks) fails the command without leaving the others' files rewritten
     return [summarize(exp, options) for exp in experiments]
@@ -32,8 +38,10 @@ def _report(summary) -> None:
     for _, r in summary.speedups.iterrows():
         if not r["is_baseline"]:
             t = format_time(r["t_arm_s"], unit)
-            print(f"  {r['arm']}: speedup {format_speedup(r)} (T = {r['threshold'] * 100:.2f} %, "
-                  f"{summary.baseline} {format_time(r['t_baseline_s'], unit)} vs {t})")
+            print(
+                f"  {r['arm']}: speedup {format_speedup(r)} (T = {r['threshold'] * 100:.2f} %, "
+                f"{summary.baseline} {format_time(r['t_baseline_s'], unit)} vs {t})"
+            )
 
 
 def cli_aggregate(args) -> int:

@@ -50,8 +50,11 @@ def arm_families(arms: pd.DataFrame, baseline: str) -> dict[str, list[str]]:
     n-scaling (same m and rule), m-scaling (same n and rule), rule (same n and m)."""
     selecting = arms[arms["n"] != arms["m"]]
     found = []
-    for kind, keys, vary in (("n-scaling", ["m", "rule"], "n"), ("m-scaling", ["n", "rule"], "m"),
-                             ("rule", ["n", "m"], "rule")):
+    for kind, keys, vary in (
+        ("n-scaling", ["m", "rule"], "n"),
+        ("m-scaling", ["n", "rule"], "m"),
+        ("rule", ["n", "m"], "rule"),
+    ):
         for key, group in selecting.groupby(keys, sort=False):  # arms keep their display order
             if group[vary].nunique() >= 2:
                 members = [baseline] + [a for a in group["arm"] if a != baseline]
@@ -75,7 +78,9 @@ def _draw_curves(ax, curves: pd.DataFrame, arms: list[str], colors: dict, scale:
     for arm in arms:
         c = curves[curves["arm"] == arm]
         x = c["time_s"] / UNIT_SECONDS[unit]
-        ax.plot(x, c["mean"] * scale, marker="o", markersize=3.5, lw=1.6, color=colors[arm], label=labels.get(arm, arm))
+        ax.plot(
+            x, c["mean"] * scale, marker="o", markersize=3.5, lw=1.6, color=colors[arm], label=labels.get(arm, arm)
+        )
         ax.fill_between(x, c["ci_low"] * scale, c["ci_high"] * scale, color=colors[arm], alpha=0.18, lw=0)
 
 
@@ -83,15 +88,19 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
     exp, unit, s = summary.experiment, summary.time_unit, summary.speedups.set_index("arm")
     curves = _curves(summary, summary.metric)
     legend_rows = -(-(len(arms) + 1) // 2)  # the legend sits below: make room for it
-    fig, (ax, ax_bars) = plt.subplots(1, 2, figsize=(11, 3.9 + 0.22 * legend_rows), width_ratios=[2.2, 1],
-                                      layout="constrained")
+    fig, (ax, ax_bars) = plt.subplots(
+        1, 2, figsize=(11, 3.9 + 0.22 * legend_rows), width_ratios=[2.2, 1], layout="constrained"
+    )
 
     labels = {}
     for arm in arms:
         r = s.loc[arm]
         reached = f"T at {format_time(r['t_arm_s'], unit)}" if np.isfinite(r["t_arm_s"]) else "T not reached"
-        labels[arm] = f"{arm} (baseline): {reached}" if r["is_baseline"] else \
-            f"{arm}: {reached}, {format_speedup(r, with_ci=False)}"
+        labels[arm] = (
+            f"{arm} (baseline): {reached}"
+            if r["is_baseline"]
+            else f"{arm}: {reached}, {format_speedup(r, with_ci=False)}"
+        )
     _draw_curves(ax, curves, arms, colors, 100, unit, labels)
 
     # y range: when the base model sits far below the trained checkpoints (further than their own
@@ -107,14 +116,25 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
     pad = 0.06 * (high - low)
     ax.set_ylim(low - pad, high + pad)
     if clip_start:
-        ax.annotate(f"start {start:.1f} % (below)", xy=(0, low - pad), xytext=(4, 4),
-                    textcoords="offset points", fontsize=9, color="0.35")
+        ax.annotate(
+            f"start {start:.1f} % (below)",
+            xy=(0, low - pad),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=9,
+            color="0.35",
+        )
 
     threshold = s.loc[summary.baseline, "threshold"] * 100
     crossings = {arm: s.loc[arm, "t_arm_s"] / UNIT_SECONDS[unit] for arm in arms}
-    _mark_threshold(ax, threshold, crossings, colors, low - pad,
-                    label=f"T = {summary.options.q:g} × {summary.baseline} peak = {threshold:.2f} %; "
-                    "◆ first checkpoint ≥ T")
+    _mark_threshold(
+        ax,
+        threshold,
+        crossings,
+        colors,
+        low - pad,
+        label=f"T = {summary.options.q:g} × {summary.baseline} peak = {threshold:.2f} %; ◆ first checkpoint ≥ T",
+    )
     ax.set_xlim(left=0)
 
     # when the whole run spans far more than the band around T, zoom in on the crossings
@@ -132,8 +152,10 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
         zoom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
         ax.indicate_inset_zoom(zoom, edgecolor="0.4")
     ax.set_xlabel(_time_label(summary))
-    ax.set_ylabel(f"{BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} "
-                  f"{METRIC_NAMES.get(summary.metric, summary.metric)} (%)")
+    ax.set_ylabel(
+        f"{BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} "
+        f"{METRIC_NAMES.get(summary.metric, summary.metric)} (%)"
+    )
     if title:
         ax.set_title(f"{exp.name}: {title}", loc="left", fontsize=11)
 

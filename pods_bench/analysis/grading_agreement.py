@@ -60,7 +60,9 @@ def default_logs() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or "../shared/data") / "pods-paper-logs"
 
 
-def load_examples(logs: str | Path, files: list[str] | None = None, first_checkpoints: int | None = None) -> pd.DataFrame:
+def load_examples(
+    logs: str | Path, files: list[str] | None = None, first_checkpoints: int | None = None
+) -> pd.DataFrame:
     """One row per stored example of the single-GPU logs under `logs` (or its results/ folder):
     file, checkpoint ("base" for base-*.json), step, benchmark, example, question, gold, completion,
     authors, format_correct. `files`: only these file names; `first_checkpoints`: only the earliest
@@ -79,11 +81,20 @@ def load_examples(logs: str | Path, files: list[str] | None = None, first_checkp
             for benchmark, result in checkpoints[name].items():
                 for i, e in enumerate(result.get("examples", [])):
                     question = _USER_TURN.search(e["prompt"])
-                    rows.append(dict(
-                        file=path.name, checkpoint=name, step=steps[name], benchmark=benchmark, example=i,
-                        question=question[1].strip() if question else "", gold=e["answer"],
-                        completion=e["completion"], authors=bool(e["correct"]), format_correct=bool(e["format_correct"]),
-                    ))
+                    rows.append(
+                        dict(
+                            file=path.name,
+                            checkpoint=name,
+                            step=steps[name],
+                            benchmark=benchmark,
+                            example=i,
+                            question=question[1].strip() if question else "",
+                            gold=e["answer"],
+                            completion=e["completion"],
+                            authors=bool(e["correct"]),
+                            format_correct=bool(e["format_correct"]),
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
@@ -99,13 +110,21 @@ def _problems(examples: pd.DataFrame, data_dir: str | Path | None) -> list[Probl
             continue
         p = gsm8k.get(e.question)
         if p is None or p.gold != e.gold:
-            raise PodsBenchError(f"{e.file} {e.checkpoint}: no GSM8K test question {e.question[:60]!r} with gold {e.gold!r}")
+            raise PodsBenchError(
+                f"{e.file} {e.checkpoint}: no GSM8K test question {e.question[:60]!r} with gold {e.gold!r}"
+            )
         problems.append(p)
     return problems
 
 
-def grade_examples(examples: pd.DataFrame, modes=MODES, workers: int = 1, data_dir: str | Path | None = None,
-                   progress: bool = True, chunk: int = 50) -> pd.DataFrame:
+def grade_examples(
+    examples: pd.DataFrame,
+    modes=MODES,
+    workers: int = 1,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+    chunk: int = 50,
+) -> pd.DataFrame:
     """`examples` with one boolean column per grading mode, and `open_r1_gold` (that mode's gold text)."""
     problems = _problems(examples, resolve_data_dir(data_dir))
     completions = examples["completion"].tolist()
@@ -133,8 +152,13 @@ def pairs(modes=MODES) -> list[tuple[str, str]]:
 def pair_counts(graded: pd.DataFrame, a: str, b: str) -> dict:
     """The 2x2 table of verdicts a and b, and % agreement."""
     x, y = graded[a], graded[b]
-    counts = dict(n=len(graded), both=int((x & y).sum()), only_a=int((x & ~y).sum()), only_b=int((~x & y).sum()),
-                  neither=int((~x & ~y).sum()))
+    counts = dict(
+        n=len(graded),
+        both=int((x & y).sum()),
+        only_a=int((x & ~y).sum()),
+        only_b=int((~x & y).sum()),
+        neither=int((~x & ~y).sum()),
+    )
     counts["agree_pct"] = 100.0 * (counts["both"] + counts["neither"]) / counts["n"] if counts["n"] else float("nan")
     return counts
 
@@ -220,13 +244,35 @@ def disagreements(graded: pd.DataFrame, modes=MODES) -> pd.DataFrame:
     open_r1, rows = _OpenR1Reader(), []
     for a, b in pairs(modes):
         for _, e in graded[graded[a] != graded[b]].iterrows():
-            rows.append(dict(
-                file=e["file"], checkpoint=e["checkpoint"], benchmark=e["benchmark"], example=e["example"],
-                gold=e["gold"], pair=f"{a} vs {b}", accepted_by=a if e[a] else b, category=categorise(e, a, b, open_r1),
-                pods_bench_answer=extract_answer(e["completion"]), completion=e["completion"],
-            ))
-    return pd.DataFrame(rows, columns=["file", "checkpoint", "benchmark", "example", "gold", "pair", "accepted_by",
-                                       "category", "pods_bench_answer", "completion"])
+            rows.append(
+                dict(
+                    file=e["file"],
+                    checkpoint=e["checkpoint"],
+                    benchmark=e["benchmark"],
+                    example=e["example"],
+                    gold=e["gold"],
+                    pair=f"{a} vs {b}",
+                    accepted_by=a if e[a] else b,
+                    category=categorise(e, a, b, open_r1),
+                    pods_bench_answer=extract_answer(e["completion"]),
+                    completion=e["completion"],
+                )
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "file",
+            "checkpoint",
+            "benchmark",
+            "example",
+            "gold",
+            "pair",
+            "accepted_by",
+            "category",
+            "pods_bench_answer",
+            "completion",
+        ],
+    )
 
 
 def category_counts(split: pd.DataFrame, modes=MODES) -> pd.DataFrame:
@@ -259,21 +305,29 @@ def report(graded: pd.DataFrame, split: pd.DataFrame) -> str:
     wide = cells.pivot(index="pair", columns="benchmark", values="cell").loc[labels.unique(), [*BENCHMARKS, "all"]]
     pooled = cells[cells["benchmark"] == "all"].set_index("pair")[["n", "both", "only_a", "only_b", "neither"]]
     pooled.columns = ["n", "both accept", "only first accepts", "only second accepts", "both reject"]
-    return (f"% of examples accepted\n\n{accuracy(graded).to_markdown()}\n\n"
-            f"% agreement (number of disagreements)\n\n{wide.rename_axis(None).to_markdown()}\n\n"
-            f"2x2 counts, all benchmarks\n\n{pooled.rename_axis(None).to_markdown()}\n\n"
-            f"Disagreements by category (accepted by the first only / by the second only)\n\n"
-            f"{category_counts(split).T.to_markdown()}\n")
+    return (
+        f"% of examples accepted\n\n{accuracy(graded).to_markdown()}\n\n"
+        f"% agreement (number of disagreements)\n\n{wide.rename_axis(None).to_markdown()}\n\n"
+        f"2x2 counts, all benchmarks\n\n{pooled.rename_axis(None).to_markdown()}\n\n"
+        f"Disagreements by category (accepted by the first only / by the second only)\n\n"
+        f"{category_counts(split).T.to_markdown()}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pods_bench.analysis.grading_agreement",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pods_bench.analysis.grading_agreement", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--logs", type=Path, default=default_logs(), help="published logs (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=Path("grading-disagreements.csv"), help="CSV, one row per disagreement")
-    parser.add_argument("--data-dir", default=None,
-                        help=f"datasets for the GSM8K solutions (default: ${DATA_DIR_ENV}, else the hub)")
-    parser.add_argument("--first-checkpoints", type=int, default=None, help="only the earliest checkpoints of each file")
+    parser.add_argument(
+        "--out", type=Path, default=Path("grading-disagreements.csv"), help="CSV, one row per disagreement"
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help=f"datasets for the GSM8K solutions (default: ${DATA_DIR_ENV}, else the hub)"
+    )
+    parser.add_argument(
+        "--first-checkpoints", type=int, default=None, help="only the earliest checkpoints of each file"
+    )
     parser.add_argument("--workers", type=int, default=1, help="grading processes")
     args = parser.parse_args(argv)
     examples = load_examples(args.logs, first_checkpoints=args.first_checkpoints)

@@ -23,7 +23,12 @@ from tqdm.auto import tqdm
 
 from pods_bench.analysis import paper_logs
 from pods_bench.analysis.tidy import (
-    ACCURACY_METRICS, EVAL_COLUMNS, LENGTH_METRIC, STEP_TIME_COLUMNS, Experiment, arm_table,
+    ACCURACY_METRICS,
+    EVAL_COLUMNS,
+    LENGTH_METRIC,
+    STEP_TIME_COLUMNS,
+    Experiment,
+    arm_table,
 )
 from pods_bench.errors import PodsBenchError
 from pods_bench.io import read_jsonl
@@ -35,8 +40,9 @@ PHASE_FIELDS = {phase_field(p): PHASE_LABELS[p] for p in PHASES}
 RULE_KEYS = ("selection_rule", "rule")
 
 
-def load_experiments(path: str | Path, kind: str = "auto", only: list[str] | None = None,
-                     progress: bool = True) -> tuple[list[Experiment], list[str]]:
+def load_experiments(
+    path: str | Path, kind: str = "auto", only: list[str] | None = None, progress: bool = True
+) -> tuple[list[Experiment], list[str]]:
     """Load an experiment folder (`<experiment>/runs/...`), a folder of experiment folders, or a
     folder of the paper's published logs (`kind` = "runs", "paper" or "auto" to detect).
     Returns the experiments and one warning per skipped file or run; raises PodsBenchError
@@ -45,8 +51,13 @@ def load_experiments(path: str | Path, kind: str = "auto", only: list[str] | Non
     if not path.exists():
         raise PodsBenchError(f"{path}: no such folder")
     if kind == "auto":
-        kind = "runs" if (path / "runs").is_dir() or _experiment_dirs(path) else \
-            "paper" if paper_logs.find_logs_folder(path) else None
+        kind = (
+            "runs"
+            if (path / "runs").is_dir() or _experiment_dirs(path)
+            else "paper"
+            if paper_logs.find_logs_folder(path)
+            else None
+        )
         if kind is None:
             raise PodsBenchError(f"{path}: neither an experiment folder (with runs/) nor the published PODS logs")
     if kind == "paper":
@@ -80,8 +91,9 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
     """One experiment from its runs; unreadable runs are skipped with a warning."""
     seed_dirs = sorted(experiment_dir.glob("runs/*/seed*"))
     rows, step_rows, arms, hardware = [], [], [], []
-    for seed_dir in tqdm(seed_dirs, desc=f"reading {experiment_dir.name}", unit="run",
-                         disable=None if progress else True):
+    for seed_dir in tqdm(
+        seed_dirs, desc=f"reading {experiment_dir.name}", unit="run", disable=None if progress else True
+    ):
         try:
             run = _read_run(seed_dir, warnings)
         except PodsBenchError as e:
@@ -99,14 +111,19 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
     evals = _align_checkpoints(evals, warnings)[EVAL_COLUMNS]
     arms = arm_table(arms)
     names = list(arms["arm"])
-    baseline = next((a for a in names if a.lower() == "grpo"), None) or \
-        next((a for a, n, m in zip(names, arms["n"], arms["m"]) if n == m), names[0])
+    baseline = next((a for a in names if a.lower() == "grpo"), None) or next(
+        (a for a, n, m in zip(names, arms["n"], arms["m"]) if n == m), names[0]
+    )
     benchmarks = sorted(evals["benchmark"].unique())
     return Experiment(
-        name=experiment_dir.name, evals=evals,
+        name=experiment_dir.name,
+        evals=evals,
         step_times=pd.DataFrame(step_rows, columns=STEP_TIME_COLUMNS).assign(experiment=experiment_dir.name),
-        arms=arms, hardware=" / ".join(dict.fromkeys(hardware)), source="runs",
-        default_benchmark="gsm8k" if "gsm8k" in benchmarks else benchmarks[0], default_baseline=baseline,
+        arms=arms,
+        hardware=" / ".join(dict.fromkeys(hardware)),
+        source="runs",
+        default_benchmark="gsm8k" if "gsm8k" in benchmarks else benchmarks[0],
+        default_baseline=baseline,
     )
 
 
@@ -121,8 +138,10 @@ def _align_checkpoints(evals: pd.DataFrame, warnings: list[str]) -> pd.DataFrame
     for arm, rows in evals.assign(spread=spread).groupby("arm"):
         spacing = np.median(np.diff(np.unique(rows["time_s"]))) if rows["time_s"].nunique() > 1 else np.inf
         if rows["spread"].max() > 0.5 * spacing:
-            warnings.append(f"arm {arm}: the seeds' k-th checkpoints differ by up to {rows['spread'].max():.3g} s "
-                            f"(checkpoints every ~{spacing:.3g} s): a seed may lack an evaluation")
+            warnings.append(
+                f"arm {arm}: the seeds' k-th checkpoints differ by up to {rows['spread'].max():.3g} s "
+                f"(checkpoints every ~{spacing:.3g} s): a seed may lack an evaluation"
+            )
     return evals
 
 
@@ -157,8 +176,14 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
     evals = {}
     for i, r in enumerate(records, start=1):
         try:
-            base = dict(arm=arm, seed=seed, step=int(r["step"]), raw_time_s=float(r["train_time_s"]),
-                        benchmark=str(r["benchmark"]), n_problems=int(r["n_problems"]))
+            base = dict(
+                arm=arm,
+                seed=seed,
+                step=int(r["step"]),
+                raw_time_s=float(r["train_time_s"]),
+                benchmark=str(r["benchmark"]),
+                n_problems=int(r["n_problems"]),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise PodsBenchError(f"{eval_path}: line {i} lacks a valid {e}") from None
         for metric in (*ACCURACY_METRICS, LENGTH_METRIC):
@@ -167,7 +192,8 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
             values = np.atleast_1d(np.asarray(r[metric], dtype=float))
             # a re-evaluated checkpoint (resume) replaces the earlier line
             evals[(base["step"], base["benchmark"], metric)] = dict(
-                base, metric=metric, value=float(values.mean()), n_repeats=len(values))
+                base, metric=metric, value=float(values.mean()), n_repeats=len(values)
+            )
 
     config = run_json.get("config") or {}
     selection = config.get("selection") if isinstance(config.get("selection"), dict) else {}
@@ -177,9 +203,12 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
         raise PodsBenchError("neither train_log.jsonl nor run.json config gives n and m")
     rule = selection.get("rule") or _find_key(config, RULE_KEYS)
     rule = rule if isinstance(rule, str) else ("all" if n == m else "unknown")
-    return dict(evals=list(evals.values()), step_times=_step_times(steps, arm, seed),
-                arm=dict(arm=arm, n=int(n), m=int(m), rule=rule),
-                hardware=hardware_label(run_json.get("hardware")))
+    return dict(
+        evals=list(evals.values()),
+        step_times=_step_times(steps, arm, seed),
+        arm=dict(arm=arm, n=int(n), m=int(m), rule=rule),
+        hardware=hardware_label(run_json.get("hardware")),
+    )
 
 
 def _step_times(steps: list[dict], arm: str, seed: int) -> list[dict]:

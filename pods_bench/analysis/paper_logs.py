@@ -64,8 +64,16 @@ SINGLE_GPU_SETTINGS = {  # DATASET token of the file name -> setting
     "GSM8K": SingleGpuSetting("gsm8k-l40s-qwen", "base-qwen.json", 1800, 6 * 3600, "gsm8k", "answer_acc"),
     "MATH-NF": SingleGpuSetting("math-l40s-qwen", "base-qwen.json", 1800, 6 * 3600, "math500", "answer_acc"),
     # the paper reports answer-and-format accuracy for Llama (its base model rarely follows the format)
-    "Llama": SingleGpuSetting("gsm8k-l40s-llama", "base-llama.json", 600, 1.5 * 3600, "gsm8k", "both_acc",
-                              time_unit="min", usual_extra="0.04"),
+    "Llama": SingleGpuSetting(
+        "gsm8k-l40s-llama",
+        "base-llama.json",
+        600,
+        1.5 * 3600,
+        "gsm8k",
+        "both_acc",
+        time_unit="min",
+        usual_extra="0.04",
+    ),
 }
 MULTI_GPU_SETTINGS = {  # file prefix -> setting
     "h100s": MultiGpuSetting("h100-gsm8k", "8×H100", 120, 1800),
@@ -124,16 +132,18 @@ def load_paper_logs(path: str | Path, progress: bool = True) -> tuple[list[Exper
     for file in tqdm(files, desc="reading published logs", unit="file", disable=None if progress else True):
         if file.suffix not in (".json", ".csv") or file.name.startswith("base-"):
             continue  # licence, notes, and the base-model files (read with their setting)
-        if (match := SINGLE_GPU_FILE.match(file.name)):
+        if match := SINGLE_GPU_FILE.match(file.name):
             try:
                 _read_single_gpu_file(file, match, groups)
             except (PodsBenchError, OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 warnings.append(f"{file}: skipped ({_reason(e)})")
-        elif (match := MULTI_GPU_FILE.match(file.name)):
+        elif match := MULTI_GPU_FILE.match(file.name):
             csv_prefixes.add(match["prefix"])
         else:
-            warnings.append(f"{file}: skipped (file name does not follow the published patterns "
-                            "Instruct-<DATASET>[-<RULE>]-<len>-<n>-<m>[-<extra>]-Run<k>.json or <prefix>-acc.csv)")
+            warnings.append(
+                f"{file}: skipped (file name does not follow the published patterns "
+                "Instruct-<DATASET>[-<RULE>]-<len>-<n>-<m>[-<extra>]-Run<k>.json or <prefix>-acc.csv)"
+            )
     for prefix in sorted(csv_prefixes):
         try:
             _read_multi_gpu_export(folder, prefix, groups, warnings)
@@ -167,8 +177,9 @@ class _Group:
             self.rows.append(dict(r, experiment=self.name, arm=arm, seed=seed))
         for bench, values in raw.items():
             self.raw_accuracies.setdefault(bench, []).extend(values)
-        self.step_rows.append(dict(experiment=self.name, arm=arm, seed=seed, phase="total",
-                                   seconds_per_step=seconds_per_step))
+        self.step_rows.append(
+            dict(experiment=self.name, arm=arm, seed=seed, phase="total", seconds_per_step=seconds_per_step)
+        )
 
     def finish(self, warnings: list[str]) -> Experiment | None:
         if not self.rows:
@@ -182,9 +193,15 @@ class _Group:
         arms = arm_table(self.arms)
         grpo = arms[arms["n"] == arms["m"]]["arm"]
         return Experiment(
-            name=self.name, evals=evals, step_times=pd.DataFrame(self.step_rows, columns=STEP_TIME_COLUMNS),
-            arms=arms, hardware=self.hardware, source="paper", default_benchmark=self.benchmark,
-            default_metric=self.metric, default_baseline=grpo.iloc[0] if len(grpo) else None,
+            name=self.name,
+            evals=evals,
+            step_times=pd.DataFrame(self.step_rows, columns=STEP_TIME_COLUMNS),
+            arms=arms,
+            hardware=self.hardware,
+            source="paper",
+            default_benchmark=self.benchmark,
+            default_metric=self.metric,
+            default_baseline=grpo.iloc[0] if len(grpo) else None,
             time_unit=self.time_unit,
         )
 
@@ -230,8 +247,11 @@ def _read_single_gpu_file(path: Path, match: re.Match, groups: dict) -> None:
     setting = SINGLE_GPU_SETTINGS[match["dataset"]]
     n, m, maxlen, extra = int(match["n"]), int(match["m"]), int(match["maxlen"]), match["extra"]
     # runs with another completion length or lr/beta than the published ones form their own experiment
-    name = setting.experiment + ("" if maxlen == 512 else f"-len{maxlen}") + \
-        ("" if extra in (None, setting.usual_extra) else f"-{extra}")
+    name = (
+        setting.experiment
+        + ("" if maxlen == 512 else f"-len{maxlen}")
+        + ("" if extra in (None, setting.usual_extra) else f"-{extra}")
+    )
     log = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(log, dict) or not log:
         raise PodsBenchError("no checkpoints in the file")
@@ -253,11 +273,29 @@ def _read_single_gpu_file(path: Path, match: re.Match, groups: dict) -> None:
         last = (time_s, step)
     if last is None:
         raise PodsBenchError("no checkpoint within the setting's budget")
-    group = groups.setdefault(name, _Group(name, SINGLE_GPU_HARDWARE, setting.time_unit, setting.benchmark,
-                                           setting.metric, base_file=setting.base_file, folder=path.parent))
+    group = groups.setdefault(
+        name,
+        _Group(
+            name,
+            SINGLE_GPU_HARDWARE,
+            setting.time_unit,
+            setting.benchmark,
+            setting.metric,
+            base_file=setting.base_file,
+            folder=path.parent,
+        ),
+    )
     rule = "all" if n == m else RULES[match["rule"]]
-    group.add_run(grpo_or_pods_name(n, m, rule), n, m, rule, int(match["seed"]), rows, raw,
-                  seconds_per_step=last[0] / last[1] if last[1] > 0 else np.nan)
+    group.add_run(
+        grpo_or_pods_name(n, m, rule),
+        n,
+        m,
+        rule,
+        int(match["seed"]),
+        rows,
+        raw,
+        seconds_per_step=last[0] / last[1] if last[1] > 0 else np.nan,
+    )
 
 
 def _read_multi_gpu_export(folder: Path, prefix: str, groups: dict, warnings: list[str]) -> None:
@@ -285,15 +323,19 @@ def _read_multi_gpu_export(folder: Path, prefix: str, groups: dict, warnings: li
         else:
             if path is length_path:  # without a readable length file the import stays accuracy-only
                 required[path.name] = ("eval/completions/mean_length",)
-    group = groups.setdefault(setting.experiment, _Group(setting.experiment, setting.hardware, "min",
-                                                         setting.benchmark, "answer_acc"))
+    group = groups.setdefault(
+        setting.experiment, _Group(setting.experiment, setting.hardware, "min", setting.benchmark, "answer_acc")
+    )
     for run, info in sorted(runs.items()):
-        missing = [f"{key} in {file}" for file, keys in required.items() for key in keys
-                   if (file, key) not in info["columns"]]
+        missing = [
+            f"{key} in {file}" for file, keys in required.items() for key in keys if (file, key) not in info["columns"]
+        ]
         if missing or "answer_acc" not in info:
-            warnings.append(f"{folder / prefix}: run {run} skipped (no "
-                            f"{', no '.join(missing) or 'row with both accuracy and _step'}; "
-                            "the paper's plots use only runs with accuracy, _step and length)")
+            warnings.append(
+                f"{folder / prefix}: run {run} skipped (no "
+                f"{', no '.join(missing) or 'row with both accuracy and _step'}; "
+                "the paper's plots use only runs with accuracy, _step and length)"
+            )
             continue
         rows, raw = [], {setting.benchmark: list(info["answer_acc"][2])}
         for metric in ("answer_acc", "mean_length"):
@@ -304,15 +346,33 @@ def _read_multi_gpu_export(folder: Path, prefix: str, groups: dict, warnings: li
                 acc_times, acc_steps, _ = info["answer_acc"]
                 steps = acc_steps[np.abs(acc_times[None, :] - times[:, None]).argmin(axis=1)]
             nearest = np.abs(times[None, :] - grid[:, None]).argmin(axis=1)  # the paper's alignment
-            rows += [dict(time_s=g, raw_time_s=times[i], step=int(steps[i]), benchmark=setting.benchmark,
-                          metric=metric, value=values[i], n_repeats=1) for g, i in zip(grid, nearest)]
+            rows += [
+                dict(
+                    time_s=g,
+                    raw_time_s=times[i],
+                    step=int(steps[i]),
+                    benchmark=setting.benchmark,
+                    metric=metric,
+                    value=values[i],
+                    n_repeats=1,
+                )
+                for g, i in zip(grid, nearest)
+            ]
         times, steps, _ = info["answer_acc"]
         at_budget = steps[np.abs(times - setting.budget_s).argmin()]
         n, m = info["n"], info["m"]
         rule = "all" if n == m else "max_variance"
         # the logged step counts micro-batches: an optimizer step is `ga` of them
-        group.add_run(grpo_or_pods_name(n, m, rule), n, m, rule, info["seed"], rows, raw,
-                      seconds_per_step=setting.budget_s / (at_budget / info["ga"]) if at_budget > 0 else np.nan)
+        group.add_run(
+            grpo_or_pods_name(n, m, rule),
+            n,
+            m,
+            rule,
+            info["seed"],
+            rows,
+            raw,
+            seconds_per_step=setting.budget_s / (at_budget / info["ga"]) if at_budget > 0 else np.nan,
+        )
 
 
 def _read_export_csv(path: Path, runs: dict) -> None:
@@ -323,8 +383,9 @@ def _read_export_csv(path: Path, runs: dict) -> None:
     columns: dict[str, dict[str, str]] = {}
     for column in table.columns:
         if (match := RUN_COLUMN.match(column)) and not match["key"].endswith(("__MIN", "__MAX")):
-            runs.setdefault(match["run"], dict(seed=int(match["seed"]), n=int(match["n"]),
-                                               m=int(match["m"]), ga=int(match["ga"])))
+            runs.setdefault(
+                match["run"], dict(seed=int(match["seed"]), n=int(match["n"]), m=int(match["m"]), ga=int(match["ga"]))
+            )
             columns.setdefault(match["run"], {})[match["key"]] = column
     if not columns:
         raise PodsBenchError("no run columns named 'data/<run> - <key>'")
@@ -332,8 +393,11 @@ def _read_export_csv(path: Path, runs: dict) -> None:
         present = {key for key, column in keys.items() if table[column].notna().any()}  # an empty column is none
         runs[run].setdefault("columns", set()).update((path.name, key) for key in present)
         # without its _step a series is still kept (the official scripts do not need the length file's)
-        steps = pd.to_numeric(table[keys["_step"]], errors="coerce") if "_step" in present \
+        steps = (
+            pd.to_numeric(table[keys["_step"]], errors="coerce")
+            if "_step" in present
             else pd.Series(np.nan, index=table.index)
+        )
         for key, metric in CSV_METRICS.items():
             if key not in present:
                 continue

@@ -117,18 +117,27 @@ def ratio(t_base: np.ndarray, t_arm: np.ndarray) -> np.ndarray:
         return np.where(np.isinf(t_base), np.nan, np.where(np.isinf(t_arm), 0.0, t_base / t_arm))
 
 
-def pair_statistics(base: ArmCurves, base_curve: np.ndarray, arm: ArmCurves, arm_curve: np.ndarray,
-                    q: float, gain_fractions=GAIN_FRACTIONS) -> dict[str, np.ndarray]:
+def pair_statistics(
+    base: ArmCurves,
+    base_curve: np.ndarray,
+    arm: ArmCurves,
+    arm_curve: np.ndarray,
+    q: float,
+    gain_fractions=GAIN_FRACTIONS,
+) -> dict[str, np.ndarray]:
     """Every statistic of an arm against the baseline, for curves (B, G); each value is (B,)."""
     after_start = base.times > 0
     peak_base = np.nanmax(base_curve[:, after_start], axis=1)
     threshold = q * peak_base
-    s = dict(threshold=threshold, peak_base=peak_base,
-             peak_arm=np.nanmax(arm_curve[:, arm.times > 0], axis=1),
-             t_base=first_crossing(base.times, base_curve, threshold),
-             t_arm=first_crossing(arm.times, arm_curve, threshold),
-             t_base_interp=first_crossing(base.times, base_curve, threshold, interpolate=True),
-             t_arm_interp=first_crossing(arm.times, arm_curve, threshold, interpolate=True))
+    s = dict(
+        threshold=threshold,
+        peak_base=peak_base,
+        peak_arm=np.nanmax(arm_curve[:, arm.times > 0], axis=1),
+        t_base=first_crossing(base.times, base_curve, threshold),
+        t_arm=first_crossing(arm.times, arm_curve, threshold),
+        t_base_interp=first_crossing(base.times, base_curve, threshold, interpolate=True),
+        t_arm_interp=first_crossing(arm.times, arm_curve, threshold, interpolate=True),
+    )
     s["speedup"] = ratio(s["t_base"], s["t_arm"])
     s["speedup_interp"] = ratio(s["t_base_interp"], s["t_arm_interp"])
     start = base_curve[:, 0]
@@ -152,12 +161,14 @@ def pair_statistics(base: ArmCurves, base_curve: np.ndarray, arm: ArmCurves, arm
 
 def arm_statistics(arm: ArmCurves, curve: np.ndarray, budget: float) -> dict[str, np.ndarray]:
     """Statistics of one arm on its own: peak after the start, mean accuracy over `budget`."""
-    return dict(peak_arm=np.nanmax(curve[:, arm.times > 0], axis=1),
-                mean_arm=mean_over_budget(arm.times, curve, budget))
+    return dict(
+        peak_arm=np.nanmax(curve[:, arm.times > 0], axis=1), mean_arm=mean_over_budget(arm.times, curve, budget)
+    )
 
 
-def bootstrap_ci(statistic, n_seeds: list[int], keys: list[str], n_resamples: int, seed: int,
-                 confidence: float = 0.95) -> dict[str, tuple[float, float]]:
+def bootstrap_ci(
+    statistic, n_seeds: list[int], keys: list[str], n_resamples: int, seed: int, confidence: float = 0.95
+) -> dict[str, tuple[float, float]]:
     """Percentile intervals of statistic(*seed_indices)[key] when each sample's seeds are resampled
     independently; {} when there is nothing to resample (a single seed or n_resamples = 0)."""
     if n_resamples <= 0 or min(n_seeds) < 2:
@@ -174,8 +185,15 @@ def bootstrap_ci(statistic, n_seeds: list[int], keys: list[str], n_resamples: in
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", scipy.stats.DegenerateDataWarning)
         result = scipy.stats.bootstrap(
-            tuple(np.arange(n) for n in n_seeds), stacked, paired=False, vectorized=True, method="percentile",
-            n_resamples=n_resamples, confidence_level=confidence, random_state=np.random.default_rng(seed))
+            tuple(np.arange(n) for n in n_seeds),
+            stacked,
+            paired=False,
+            vectorized=True,
+            method="percentile",
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            random_state=np.random.default_rng(seed),
+        )
     low, high = result.confidence_interval
     return {k: (float(lo), float(hi)) for k, lo, hi in zip(keys, low, high)}
 
@@ -198,9 +216,17 @@ def bounded(t_base: float, t_arm: float, t_arm_last: float, baseline_rising: boo
     return (t_base / t_arm if t_arm > 0 else np.inf), (">=" if baseline_rising else "")
 
 
-def compare_arms(exp: Experiment, baseline: str, benchmark: str, metric: str, q: float = 0.99,
-                 n_bootstrap: int = 9999, seed: int = 0, gain_fractions=GAIN_FRACTIONS,
-                 progress: bool = True) -> pd.DataFrame:
+def compare_arms(
+    exp: Experiment,
+    baseline: str,
+    benchmark: str,
+    metric: str,
+    q: float = 0.99,
+    n_bootstrap: int = 9999,
+    seed: int = 0,
+    gain_fractions=GAIN_FRACTIONS,
+    progress: bool = True,
+) -> pd.DataFrame:
     """One row per arm (the baseline first): the paper's speedup with its bootstrap CI and
     censoring, the interpolated and gain-fraction speedups, peak accuracy and mean accuracy over the
     baseline's budget with CIs, seconds per step."""
@@ -213,45 +239,87 @@ def compare_arms(exp: Experiment, baseline: str, benchmark: str, metric: str, q:
     rising = baseline_still_rising(base)
     gains = [f"gain{round(f * 100)}" for f in gain_fractions]
     # speedup column -> (baseline time, arm time, whether the baseline's censoring applies)
-    speedups = {"speedup": ("t_base", "t_arm", True), "speedup_interp": ("t_base_interp", "t_arm_interp", True),
-                **{f"speedup_{g}": (f"t_base_{g}", f"t_arm_{g}", False) for g in gains}}
+    speedups = {
+        "speedup": ("t_base", "t_arm", True),
+        "speedup_interp": ("t_base_interp", "t_arm_interp", True),
+        **{f"speedup_{g}": (f"t_base_{g}", f"t_arm_{g}", False) for g in gains},
+    }
     totals = exp.step_times[exp.step_times["phase"] == "total"].groupby("arm")["seconds_per_step"]
     arm_info = exp.arms.set_index("arm")
     rows = []
     arms = [baseline] + [a for a in exp.arm_names if a != baseline]
     for name in tqdm(arms, desc=f"{exp.name}: bootstrap", unit="arm", disable=None if progress else True):
         arm = base if name == baseline else arm_curves(exp.evals, name, benchmark, metric)
-        point = {k: float(v[0]) for k, v in
-                 pair_statistics(base, base.curve()[None], arm, arm.curve()[None], q, gain_fractions).items()}
+        point = {
+            k: float(v[0])
+            for k, v in pair_statistics(base, base.curve()[None], arm, arm.curve()[None], q, gain_fractions).items()
+        }
         never = np.isinf(point["t_arm"])
-        row = dict(experiment=exp.name, benchmark=benchmark, metric=metric, baseline=baseline, arm=name,
-                   is_baseline=name == baseline, n=int(arm_info.loc[name, "n"]), m=int(arm_info.loc[name, "m"]),
-                   rule=arm_info.loc[name, "rule"], n_seeds=arm.n_seeds, q=q, threshold=point["threshold"],
-                   budget_s=budget, t_baseline_s=point["t_base"], t_arm_s=point["t_arm"],
-                   t_arm_last_s=float(arm.times[-1]), t_baseline_interp_s=point["t_base_interp"],
-                   t_arm_interp_s=point["t_arm_interp"],
-                   censored="; ".join(text for flag, text in ((rising, "baseline peaks at its last checkpoint"),
-                                                              (never, "arm never reaches T")) if flag))
+        row = dict(
+            experiment=exp.name,
+            benchmark=benchmark,
+            metric=metric,
+            baseline=baseline,
+            arm=name,
+            is_baseline=name == baseline,
+            n=int(arm_info.loc[name, "n"]),
+            m=int(arm_info.loc[name, "m"]),
+            rule=arm_info.loc[name, "rule"],
+            n_seeds=arm.n_seeds,
+            q=q,
+            threshold=point["threshold"],
+            budget_s=budget,
+            t_baseline_s=point["t_base"],
+            t_arm_s=point["t_arm"],
+            t_arm_last_s=float(arm.times[-1]),
+            t_baseline_interp_s=point["t_base_interp"],
+            t_arm_interp_s=point["t_arm_interp"],
+            censored="; ".join(
+                text
+                for flag, text in ((rising, "baseline peaks at its last checkpoint"), (never, "arm never reaches T"))
+                if flag
+            ),
+        )
         for column, (t_base, t_arm, censorable) in speedups.items():
-            row[column], row[f"{column}_bound"] = (1.0, "") if name == baseline else \
-                bounded(point[t_base], point[t_arm], arm.times[-1], rising and censorable)
+            row[column], row[f"{column}_bound"] = (
+                (1.0, "")
+                if name == baseline
+                else bounded(point[t_base], point[t_arm], arm.times[-1], rising and censorable)
+            )
         for g in gains:
             row[f"{g}_level"] = point[f"{g}_level"]
             row[f"t_baseline_{g}_s"], row[f"t_arm_{g}_s"] = point[f"t_base_{g}"], point[f"t_arm_{g}"]
         after = arm.times > 0
-        row.update(peak=point["peak_arm"], peak_time_s=float(arm.times[after][np.nanargmax(arm.curve()[after])]),
-                   mean_over_budget=point["mean_arm"], mean_diff=point["mean_diff"])
+        row.update(
+            peak=point["peak_arm"],
+            peak_time_s=float(arm.times[after][np.nanargmax(arm.curve()[after])]),
+            mean_over_budget=point["mean_arm"],
+            mean_diff=point["mean_diff"],
+        )
 
         # intervals: the baseline's own statistics from its seeds alone, an arm's against the baseline
         if name == baseline:
-            ci = bootstrap_ci(lambda i: arm_statistics(base, base.curve(i), budget), [base.n_seeds],
-                              ["peak_arm", "mean_arm"], n_bootstrap, seed)
+            ci = bootstrap_ci(
+                lambda i: arm_statistics(base, base.curve(i), budget),
+                [base.n_seeds],
+                ["peak_arm", "mean_arm"],
+                n_bootstrap,
+                seed,
+            )
         else:
             ci = bootstrap_ci(
                 lambda ib, ia: pair_statistics(base, base.curve(ib), arm, arm.curve(ia), q, gain_fractions),
-                [base.n_seeds, arm.n_seeds], [*speedups, "peak_arm", "mean_arm", "mean_diff"], n_bootstrap, seed)
-        for key, column in [*[(c, c) for c in speedups], ("peak_arm", "peak"), ("mean_arm", "mean_over_budget"),
-                            ("mean_diff", "mean_diff")]:
+                [base.n_seeds, arm.n_seeds],
+                [*speedups, "peak_arm", "mean_arm", "mean_diff"],
+                n_bootstrap,
+                seed,
+            )
+        for key, column in [
+            *[(c, c) for c in speedups],
+            ("peak_arm", "peak"),
+            ("mean_arm", "mean_over_budget"),
+            ("mean_diff", "mean_diff"),
+        ]:
             row[f"{column}_ci_low"], row[f"{column}_ci_high"] = ci.get(key, (np.nan, np.nan))
         row["n_bootstrap"] = n_bootstrap if ci else 0
 

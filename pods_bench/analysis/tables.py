@@ -55,8 +55,16 @@ class Summary:
 
 def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), progress: bool = True) -> Summary:
     baseline, benchmark, metric = exp.resolve(options.baseline, options.benchmark, options.metric)
-    speedups = compare_arms(exp, baseline, benchmark, metric, q=options.q, n_bootstrap=options.n_bootstrap,
-                            seed=options.seed, progress=progress)
+    speedups = compare_arms(
+        exp,
+        baseline,
+        benchmark,
+        metric,
+        q=options.q,
+        n_bootstrap=options.n_bootstrap,
+        seed=options.seed,
+        progress=progress,
+    )
     return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp))
 
 
@@ -78,15 +86,21 @@ def curve_table(exp: Experiment) -> pd.DataFrame:
     curves["binomial_se"] = np.where(is_accuracy, np.sqrt(p * (1 - p) / n_answers), np.nan)
     curves["binomial_se_mean"] = curves["binomial_se"] / np.sqrt(curves["n_seeds"])
     order = {a: i for i, a in enumerate(exp.arm_names)}
-    return curves.sort_values(["benchmark", "metric", "arm", "time_s"], ignore_index=True,
-                              key=lambda c: c.map(order) if c.name == "arm" else c)
+    return curves.sort_values(
+        ["benchmark", "metric", "arm", "time_s"],
+        ignore_index=True,
+        key=lambda c: c.map(order) if c.name == "arm" else c,
+    )
 
 
 def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
     """Write the summary files atomically to `<out_root>/<experiment>/summary/`."""
     folder = Path(out_root) / summary.experiment.name / "summary"
-    tables = {"speedups.csv": summary.speedups, "curves.csv": summary.curves,
-              "step_times.csv": summary.experiment.step_times}
+    tables = {
+        "speedups.csv": summary.speedups,
+        "curves.csv": summary.curves,
+        "step_times.csv": summary.experiment.step_times,
+    }
     paths = []
     for name, table in tables.items():
         atomic_write_with(folder / name, lambda p, t=table: t.to_csv(p, index=False))
@@ -133,21 +147,24 @@ def _display_table(summary: Summary, latex: bool) -> pd.DataFrame:
     gain = round(GAIN_FRACTIONS[1] * 100)
     rows = []
     for _, r in s.iterrows():
-        rows.append({
-            "Arm": r["arm"] + (" (baseline)" if r["is_baseline"] else ""),
-            "n/m": f"{r['n']}/{r['m']}",
-            "Rule": str(r["rule"]).replace("_", " "),
-            "Seeds": int(r["n_seeds"]),
-            f"Peak ({pct})": f"{r['peak'] * 100:.1f}" + _ci(r["peak_ci_low"], r["peak_ci_high"], 1, 100),
-            "Time to T": format_time(r["t_arm_s"], unit) if np.isfinite(r["t_arm_s"])
-            else f"> {format_time(r['t_arm_last_s'], unit)}",
-            "Speedup": format_speedup(r, latex=latex),
-            "Speedup (interp.)": format_speedup(r, "speedup_interp", latex=latex),
-            f"Speedup to {gain}{pct} of gain": format_speedup(r, f"speedup_gain{gain}", latex=latex),
-            f"Mean acc. over budget ({pct})": f"{r['mean_over_budget'] * 100:.1f}"
-            + _ci(r["mean_over_budget_ci_low"], r["mean_over_budget_ci_high"], 1, 100),
-            "s/step": f"{r['seconds_per_step']:.3g}" if pd.notna(r["seconds_per_step"]) else "",
-        })
+        rows.append(
+            {
+                "Arm": r["arm"] + (" (baseline)" if r["is_baseline"] else ""),
+                "n/m": f"{r['n']}/{r['m']}",
+                "Rule": str(r["rule"]).replace("_", " "),
+                "Seeds": int(r["n_seeds"]),
+                f"Peak ({pct})": f"{r['peak'] * 100:.1f}" + _ci(r["peak_ci_low"], r["peak_ci_high"], 1, 100),
+                "Time to T": format_time(r["t_arm_s"], unit)
+                if np.isfinite(r["t_arm_s"])
+                else f"> {format_time(r['t_arm_last_s'], unit)}",
+                "Speedup": format_speedup(r, latex=latex),
+                "Speedup (interp.)": format_speedup(r, "speedup_interp", latex=latex),
+                f"Speedup to {gain}{pct} of gain": format_speedup(r, f"speedup_gain{gain}", latex=latex),
+                f"Mean acc. over budget ({pct})": f"{r['mean_over_budget'] * 100:.1f}"
+                + _ci(r["mean_over_budget_ci_low"], r["mean_over_budget_ci_high"], 1, 100),
+                "s/step": f"{r['seconds_per_step']:.3g}" if pd.notna(r["seconds_per_step"]) else "",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -155,26 +172,37 @@ def caption(summary: Summary) -> str:
     s, r = summary.speedups, summary.speedups.iloc[0]
     exp, unit = summary.experiment, summary.time_unit
     n_boot = int(s["n_bootstrap"].max())
-    text = (f"{exp.name}: {summary.benchmark} {summary.metric}, training on {exp.hardware}. "
-            f"T = {summary.options.q:g} x peak of {summary.baseline} = {r['threshold'] * 100:.2f} %; "
-            f"speedup = time for {summary.baseline} to reach T / time for the arm (first checkpoint at or above T; "
-            f"{summary.baseline} reaches T at {format_time(r['t_baseline_s'], unit)}). "
-            f"Budget {format_time(r['budget_s'], unit)}. "
-            + (f"[95 % CI]: percentile bootstrap over seeds, {n_boot} resamples. " if n_boot
-               else "No CIs (single seed or no resampling). ")
-            + "'<': the arm never reaches T (upper bound); "
-            "'>=': the baseline peaks at its last checkpoint (lower bound). "
-            "Interp.: crossing times interpolated between checkpoints. "
-            f"Gain: time to reach start + {GAIN_FRACTIONS[1]:g} x ({summary.baseline} peak - start), interpolated. "
-            f"Mean acc. over budget: area under the curve / {summary.baseline}'s budget.")
+    text = (
+        f"{exp.name}: {summary.benchmark} {summary.metric}, training on {exp.hardware}. "
+        f"T = {summary.options.q:g} x peak of {summary.baseline} = {r['threshold'] * 100:.2f} %; "
+        f"speedup = time for {summary.baseline} to reach T / time for the arm (first checkpoint at or above T; "
+        f"{summary.baseline} reaches T at {format_time(r['t_baseline_s'], unit)}). "
+        f"Budget {format_time(r['budget_s'], unit)}. "
+        + (
+            f"[95 % CI]: percentile bootstrap over seeds, {n_boot} resamples. "
+            if n_boot
+            else "No CIs (single seed or no resampling). "
+        )
+        + "'<': the arm never reaches T (upper bound); "
+        "'>=': the baseline peaks at its last checkpoint (lower bound). "
+        "Interp.: crossing times interpolated between checkpoints. "
+        f"Gain: time to reach start + {GAIN_FRACTIONS[1]:g} x ({summary.baseline} peak - start), interpolated. "
+        f"Mean acc. over budget: area under the curve / {summary.baseline}'s budget."
+    )
     # evaluation noise beside the 1 - q band the paper's statistic resolves
     c = summary.curves
-    at_t = c[(c["arm"] == summary.baseline) & (c["benchmark"] == summary.benchmark)
-             & (c["metric"] == summary.metric) & (c["time_s"] == r["t_baseline_s"])]
+    at_t = c[
+        (c["arm"] == summary.baseline)
+        & (c["benchmark"] == summary.benchmark)
+        & (c["metric"] == summary.metric)
+        & (c["time_s"] == r["t_baseline_s"])
+    ]
     if len(at_t) and pd.notna(at_t["binomial_se"].iloc[0]):
-        text += (f" Evaluation noise at T: binomial SE {at_t['binomial_se'].iloc[0] * 100:.2f} points for one run, "
-                 f"{at_t['binomial_se_mean'].iloc[0] * 100:.2f} for the mean of {int(at_t['n_seeds'].iloc[0])} seeds; "
-                 f"the band T..peak is {(1 - summary.options.q) * r['peak'] * 100:.2f} points.")
+        text += (
+            f" Evaluation noise at T: binomial SE {at_t['binomial_se'].iloc[0] * 100:.2f} points for one run, "
+            f"{at_t['binomial_se_mean'].iloc[0] * 100:.2f} for the mean of {int(at_t['n_seeds'].iloc[0])} seeds; "
+            f"the band T..peak is {(1 - summary.options.q) * r['peak'] * 100:.2f} points."
+        )
     return text
 
 
@@ -187,5 +215,10 @@ def latex_table(summary: Summary) -> str:
     text = text.replace(">=", "$\\geq$").replace("'<'", "'$<$'")
     table = _display_table(summary, latex=True)
     table["Arm"] = table["Arm"].str.replace("_", "\\_")
-    return table.to_latex(index=False, escape=False, caption=text, label=f"tab:{summary.experiment.name}",
-                          column_format="l" + "r" * (table.shape[1] - 1))
+    return table.to_latex(
+        index=False,
+        escape=False,
+        caption=text,
+        label=f"tab:{summary.experiment.name}",
+        column_format="l" + "r" * (table.shape[1] - 1),
+    )

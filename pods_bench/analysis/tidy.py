@@ -27,8 +27,19 @@ from pods_bench.errors import PodsBenchError
 from pods_bench.run_dir import PHASE_LABELS
 from pods_bench.run_dir import PHASES as TRAINER_PHASES
 
-EVAL_COLUMNS = ["experiment", "arm", "seed", "time_s", "raw_time_s", "step", "benchmark", "metric",
-                "value", "n_repeats", "n_problems"]
+EVAL_COLUMNS = [
+    "experiment",
+    "arm",
+    "seed",
+    "time_s",
+    "raw_time_s",
+    "step",
+    "benchmark",
+    "metric",
+    "value",
+    "n_repeats",
+    "n_problems",
+]
 STEP_TIME_COLUMNS = ["experiment", "arm", "seed", "phase", "seconds_per_step"]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
 ACCURACY_METRICS = ("answer_acc", "format_acc", "both_acc")

@@ -11,7 +11,7 @@ module lazily, so vLLM is only imported when it is asked for.
 from __future__ import annotations
 
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
 

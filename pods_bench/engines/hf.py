@@ -72,7 +72,9 @@ def neutral_generation_config(model):
 
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the model
     own = inner.generation_config
-    special = {k: getattr(own, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")}
+    special = {
+        k: getattr(own, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+    }
     inner.generation_config = GenerationConfig(**{k: v for k, v in special.items() if v is not None})
     try:
         yield
@@ -119,10 +121,12 @@ class HFEngine(RolloutEngine):
         # Decode without EOS/padding but keeping other special tokens: answer-format tags such as
         # <think> can be special tokens of a tokenizer, and the format reward must see them.
         texts = [
-            self.tokenizer.decode([t for t in c if t not in self.eos_ids and t != self.pad_id], skip_special_tokens=False)
+            self.tokenizer.decode(
+                [t for t in c if t not in self.eos_ids and t != self.pad_id], skip_special_tokens=False
+            )
             for c in completions
         ]
-        group = lambda xs: [xs[i * n : (i + 1) * n] for i in range(len(prompts))]  # noqa: E731
+        group = lambda xs: [xs[i * n : (i + 1) * n] for i in range(len(prompts))]
         return Rollouts(prompt_ids, group(completions), group(texts), group(logprobs), meta={"engine": self.name})
 
     def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig):

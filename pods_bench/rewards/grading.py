@@ -78,7 +78,7 @@ class _Grader:
         self.events = _MathVerifyEvents()
         self._logger = logging.getLogger("math_verify")
 
-    def __enter__(self) -> "_Grader":
+    def __enter__(self) -> _Grader:
         self._saved = self._logger.level, self._logger.propagate
         self._logger.addHandler(self.events)
         self._logger.setLevel(logging.DEBUG)

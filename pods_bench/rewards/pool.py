@@ -92,7 +92,9 @@ class _GraderPool:
 
     def _start_worker(self) -> _Worker:
         parent_end, child_end = self._ctx.Pipe()
-        process = self._ctx.Process(target=_worker_main, args=(child_end, *self._args), daemon=True, name="pods-bench-grader")
+        process = self._ctx.Process(
+            target=_worker_main, args=(child_end, *self._args), daemon=True, name="pods-bench-grader"
+        )
         process.start()
         child_end.close()
         return _Worker(process, parent_end)

@@ -26,7 +26,14 @@ class RewardRecipe:
     grading: str  # pods_bench.rewards.GRADING_MODES
 
 
-RECIPE_FIELDS = ("correctness_weight", "format_weight", "tag_weight", "format_style", "shaping_only_when_wrong", "grading")
+RECIPE_FIELDS = (
+    "correctness_weight",
+    "format_weight",
+    "tag_weight",
+    "format_style",
+    "shaping_only_when_wrong",
+    "grading",
+)
 
 REWARD_RECIPES: dict[str, RewardRecipe] = {
     # 1.0 if correct, else max(0, 0.1 - 0.001 x chars outside the think/answer span) + 0.025 per tag
@@ -34,13 +41,23 @@ REWARD_RECIPES: dict[str, RewardRecipe] = {
     "pods-gsm8k": RewardRecipe(
         "single-GPU Qwen2.5 GSM8K runs: 1 if correct, else 0.1 x format + 0.1 x tags",
         "3fc107e:train.py:L95-97; utils/data.py:L52-62,L239-269; trainer/maxvargrpo_trainer.py:L497",
-        1.0, 0.1, 0.1, "pods", True, "released-1gpu",
+        1.0,
+        0.1,
+        0.1,
+        "pods",
+        True,
+        "released-1gpu",
     ),
     # "MATH-NF": no format reward, correctness alone (train.py adds the shaping terms for gsm8k only)
     "pods-math-nf": RewardRecipe(
         "single-GPU Qwen2.5 MATH runs ('MATH-NF'): correctness alone",
         "3fc107e:train.py:L95-97; utils/data.py:L239-242",
-        1.0, 0.0, 0.0, "pods", False, "released-1gpu",
+        1.0,
+        0.0,
+        0.0,
+        "pods",
+        False,
+        "released-1gpu",
     ),
     # correctness + 0.01 x format_score + 0.01 x (0.25 per tag), ungated, for every dataset; the
     # last-number rule reads [\d.,]+. (The next commit, 187f43b, set both weights to 0.1; the Llama
@@ -48,13 +65,23 @@ REWARD_RECIPES: dict[str, RewardRecipe] = {
     "pods-llama": RewardRecipe(
         "single-GPU Llama-3.2 GSM8K runs: correctness + 0.01 x format + 0.01 x tags, ungated",
         "0c453d2:train.py:L97; utils/data.py:L60,L74,L260,L270-283",
-        1.0, 0.01, 0.01, "pods", False, "released-1gpu-llama",
+        1.0,
+        0.01,
+        0.01,
+        "pods",
+        False,
+        "released-1gpu-llama",
     ),
     # open-r1's accuracy_reward (LaTeX answers only, gold parsed from the full solution), format_reward
     # (strict think/answer layout, 1/0) and tag_count_reward (0.25 per tag), weights 1, 1, 1
     "open-r1": RewardRecipe(
         "8-GPU runs: open-r1 accuracy + format + tag_count, weights 1, 1, 1",
         "9459b96:open-r1/src/open_r1/rewards.py:L96-168; open-r1/recipes/Qwen2.5-3B-Instruct/config_pods.yaml:L44-51",
-        1.0, 1.0, 1.0, "open-r1", False, "open-r1",
+        1.0,
+        1.0,
+        1.0,
+        "open-r1",
+        False,
+        "open-r1",
     ),
 }

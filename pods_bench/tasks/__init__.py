@@ -70,7 +70,9 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     return Path(data_dir) if data_dir is not None else None
 
 
-def load_problems(name: str, split: str, data_dir: str | Path | None = None, limit: int | None = None) -> list[Problem]:
+def load_problems(
+    name: str, split: str, data_dir: str | Path | None = None, limit: int | None = None
+) -> list[Problem]:
     if limit is not None and limit < 0:
         raise PodsBenchError(f"problem limit must be >= 0, got {limit}")
     problems = get_task(name).load(split, data_dir)

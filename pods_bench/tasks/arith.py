@@ -92,7 +92,9 @@ class ArithTask(Task):
             if getattr(self, key) < 1:
                 raise PodsBenchError(f"task {self.name!r}: {key} must be >= 1, got {getattr(self, key)}")
         if self.max_value < self.max_operand + 1:
-            raise PodsBenchError(f"task {self.name!r}: max_value must be > max_operand ({self.max_operand}), got {self.max_value}")
+            raise PodsBenchError(
+                f"task {self.name!r}: max_value must be > max_operand ({self.max_operand}), got {self.max_value}"
+            )
         if not 0 < self.test_share < 1:
             raise PodsBenchError(f"task {self.name!r}: test_share must be in (0, 1), got {self.test_share}")
 
@@ -129,9 +131,7 @@ class ArithTask(Task):
 
     def question(self, chain: Chain, rng: random.Random) -> str:
         words = {"+": ADD_WORDS, "-": SUB_WORDS}
-        clauses = [
-            MUL_WORDS[b] if op == "*" else rng.choice(words[op]).format(b=b) for op, b in chain.steps
-        ]
+        clauses = [MUL_WORDS[b] if op == "*" else rng.choice(words[op]).format(b=b) for op, b in chain.steps]
         return f"{rng.choice(NAMES)} has {chain.start} {rng.choice(ITEMS)}, {', '.join(clauses)}. How many?"
 
     def _generate(self, split: str, size: int, seed: int, unique: bool) -> list[Problem]:
@@ -142,7 +142,9 @@ class ArithTask(Task):
         while len(problems) < size:
             attempts += 1
             if attempts > 100 * size:  # a too-small problem space fails loudly instead of looping
-                raise PodsBenchError(f"task {self.name!r}: cannot draw {size} distinct {split} problems; lower the size")
+                raise PodsBenchError(
+                    f"task {self.name!r}: cannot draw {size} distinct {split} problems; lower the size"
+                )
             chain = self.sample_chain(rng)
             if self.split_of(chain) != split:
                 continue

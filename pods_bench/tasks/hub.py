@@ -12,9 +12,9 @@ the seven subjects concatenated in the order above), given as `data_dir` or $POD
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.rewards.extraction import last_boxed
@@ -45,7 +45,9 @@ class HubTask(Task):
             dataset, where = self._from_file(path), str(path)
         missing = [f for f in self.fields if f not in dataset.column_names]
         if missing:
-            raise PodsBenchError(f"{where}: missing field {missing[0]!r} (task {self.name} needs {', '.join(self.fields)})")
+            raise PodsBenchError(
+                f"{where}: missing field {missing[0]!r} (task {self.name} needs {', '.join(self.fields)})"
+            )
         rows = dataset.to_list()
         for i, row in enumerate(rows):
             empty = next((f for f in self.fields if row[f] is None), None)
@@ -163,8 +165,17 @@ MATH_SUBJECTS = (
 )
 
 register_task(HubTask("gsm8k", "openai/gsm8k", ("main",), ("train", "test"), ("question", "answer"), _gsm8k))
-register_task(HubTask("math", "EleutherAI/hendrycks_math", MATH_SUBJECTS, ("train", "test"), ("problem", "solution"), _math))
 register_task(
-    HubTask("math500", "HuggingFaceH4/MATH-500", (None,), ("test",), ("problem", "answer", "unique_id", "solution"), _math500)
+    HubTask("math", "EleutherAI/hendrycks_math", MATH_SUBJECTS, ("train", "test"), ("problem", "solution"), _math)
+)
+register_task(
+    HubTask(
+        "math500",
+        "HuggingFaceH4/MATH-500",
+        (None,),
+        ("test",),
+        ("problem", "answer", "unique_id", "solution"),
+        _math500,
+    )
 )
 register_task(HubTask("amc23", "zwhe99/amc23", (None,), ("test",), ("question", "answer", "id"), _amc23))

@@ -12,8 +12,8 @@ to FIXED_DATE. A rerun of an experiment therefore sees byte-identical prompts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.tasks import Problem
@@ -52,7 +52,9 @@ def _fixed_strftime(fmt: str) -> str:
 
 def instruct_prompt(problem: Problem, tokenizer, system_prompt: str | None = None) -> str:
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-        raise PodsBenchError("instruct-style prompts need a tokenizer with a chat template (use style 'base' otherwise)")
+        raise PodsBenchError(
+            "instruct-style prompts need a tokenizer with a chat template (use style 'base' otherwise)"
+        )
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT_INSTRUCT if system_prompt is None else system_prompt},
         {"role": "user", "content": problem.question},
@@ -92,4 +94,6 @@ def filter_by_prompt_length(prompts: list[str], tokenizer, max_tokens: int) -> t
 
 def render_prompts(problems, tokenizer, task_cfg) -> list[str]:
     """Prompts exactly as the trainer renders them (the task config's style and system prompt)."""
-    return [build_prompt(p, tokenizer, style=task_cfg.prompt_style, system_prompt=task_cfg.system_prompt) for p in problems]
+    return [
+        build_prompt(p, tokenizer, style=task_cfg.prompt_style, system_prompt=task_cfg.system_prompt) for p in problems
+    ]

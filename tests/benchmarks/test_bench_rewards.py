@@ -42,7 +42,13 @@ def rollouts(data_dir, seed: int) -> tuple[list[str], list[str], list[int]]:
             correct = rng.random() < 0.35
             big = rng.randint(10**6, 10**7)  # no gold is this
             answer = p.gold if correct else rng.choice([str(big), rf"\frac{{{big}}}{{7}}", f"{big}.5"])
-            body = rng.choice([f"<answer>\n{answer}\n</answer>", f"<answer>\n\\boxed{{{answer}}}\n</answer>", f"so it is $\\boxed{{{answer}}}$."])
+            body = rng.choice(
+                [
+                    f"<answer>\n{answer}\n</answer>",
+                    f"<answer>\n\\boxed{{{answer}}}\n</answer>",
+                    f"so it is $\\boxed{{{answer}}}$.",
+                ]
+            )
             completions.append(f"<think>\nLet me work through it step by step.\n</think>\n{body}")
             golds.append(p.gold)
             expected.append(int(correct))

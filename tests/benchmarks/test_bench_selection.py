@@ -128,7 +128,7 @@ def test_official_loop_returns_the_first_improving_split():
     """12 correct and 52 wrong rollouts, keep 16: the best is 8 + 8 (variance 0.267), the top 16
     give 12 + 4 (0.200); the official loop stops at the first split that beats that, 5 + 11 (0.229)."""
     rewards = torch.tensor([[1.0] * 12 + [0.0] * 52])
-    kept_ones = lambda indices: int(rewards.gather(1, indices).sum())  # noqa: E731
+    kept_ones = lambda indices: int(rewards.gather(1, indices).sum())
     assert kept_ones(official_loop(rewards, 16)) == 5
     assert kept_ones(official_loop(rewards, 16, fix_view_aliasing=True)) == 8
     assert kept_ones(select("max_variance", rewards, 16)) == 8
@@ -205,9 +205,7 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="max_variance speed ratios, measured side by side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument(
-        "--cpu-time", action="store_true", help="time by process CPU time: steadier on a busy machine"
-    )
+    parser.add_argument("--cpu-time", action="store_true", help="time by process CPU time: steadier on a busy machine")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     clock, clock_name = (time.process_time, "CPU-time") if args.cpu_time else (time.perf_counter, "wall-clock")
