@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -216,6 +217,25 @@ def bounded(t_base: float, t_arm: float, t_arm_last: float, baseline_rising: boo
     return (t_base / t_arm if t_arm > 0 else np.inf), (">=" if baseline_rising else "")
 
 
+@dataclass
+class _Comparison:
+    """What every arm of one `compare_arms` call is compared with and how."""
+
+    exp: Experiment
+    base: Any  # the baseline's curves (arm_curves)
+    baseline: str
+    benchmark: str
+    metric: str
+    q: float
+    gain_fractions: tuple
+    n_bootstrap: int
+    seed: int
+    budget: float
+    rising: bool
+    gains: list[str]
+    speedups: dict  # speedup column -> (baseline time, arm time, whether the baseline's censoring applies)
+
+
 def compare_arms(
     exp: Experiment,
     baseline: str,
@@ -235,96 +255,120 @@ def compare_arms(
     base = arm_curves(exp.evals, baseline, benchmark, metric)
     if not (base.times > 0).any():
         raise PodsBenchError(f"{exp.name}: baseline {baseline!r} has no checkpoint after the start")
-    budget = float(base.times[-1])
-    rising = baseline_still_rising(base)
     gains = [f"gain{round(f * 100)}" for f in gain_fractions]
-    # speedup column -> (baseline time, arm time, whether the baseline's censoring applies)
     speedups = {
         "speedup": ("t_base", "t_arm", True),
         "speedup_interp": ("t_base_interp", "t_arm_interp", True),
         **{f"speedup_{g}": (f"t_base_{g}", f"t_arm_{g}", False) for g in gains},
     }
+    c = _Comparison(
+        exp,
+        base,
+        baseline,
+        benchmark,
+        metric,
+        q,
+        gain_fractions,
+        n_bootstrap,
+        seed,
+        budget=float(base.times[-1]),
+        rising=baseline_still_rising(base),
+        gains=gains,
+        speedups=speedups,
+    )
     totals = exp.step_times[exp.step_times["phase"] == "total"].groupby("arm")["seconds_per_step"]
-    arm_info = exp.arms.set_index("arm")
     rows = []
     arms = [baseline] + [a for a in exp.arm_names if a != baseline]
     for name in tqdm(arms, desc=f"{exp.name}: bootstrap", unit="arm", disable=None if progress else True):
         arm = base if name == baseline else arm_curves(exp.evals, name, benchmark, metric)
-        point = {
-            k: float(v[0])
-            for k, v in pair_statistics(base, base.curve()[None], arm, arm.curve()[None], q, gain_fractions).items()
-        }
-        never = np.isinf(point["t_arm"])
-        row = dict(
-            experiment=exp.name,
-            benchmark=benchmark,
-            metric=metric,
-            baseline=baseline,
-            arm=name,
-            is_baseline=name == baseline,
-            n=int(arm_info.loc[name, "n"]),
-            m=int(arm_info.loc[name, "m"]),
-            rule=arm_info.loc[name, "rule"],
-            n_seeds=arm.n_seeds,
-            q=q,
-            threshold=point["threshold"],
-            budget_s=budget,
-            t_baseline_s=point["t_base"],
-            t_arm_s=point["t_arm"],
-            t_arm_last_s=float(arm.times[-1]),
-            t_baseline_interp_s=point["t_base_interp"],
-            t_arm_interp_s=point["t_arm_interp"],
-            censored="; ".join(
-                text
-                for flag, text in ((rising, "baseline peaks at its last checkpoint"), (never, "arm never reaches T"))
-                if flag
-            ),
-        )
-        for column, (t_base, t_arm, censorable) in speedups.items():
-            row[column], row[f"{column}_bound"] = (
-                (1.0, "")
-                if name == baseline
-                else bounded(point[t_base], point[t_arm], arm.times[-1], rising and censorable)
-            )
-        for g in gains:
-            row[f"{g}_level"] = point[f"{g}_level"]
-            row[f"t_baseline_{g}_s"], row[f"t_arm_{g}_s"] = point[f"t_base_{g}"], point[f"t_arm_{g}"]
-        after = arm.times > 0
-        row.update(
-            peak=point["peak_arm"],
-            peak_time_s=float(arm.times[after][np.nanargmax(arm.curve()[after])]),
-            mean_over_budget=point["mean_arm"],
-            mean_diff=point["mean_diff"],
-        )
-
-        # intervals: the baseline's own statistics from its seeds alone, an arm's against the baseline
-        if name == baseline:
-            ci = bootstrap_ci(
-                lambda i: arm_statistics(base, base.curve(i), budget),
-                [base.n_seeds],
-                ["peak_arm", "mean_arm"],
-                n_bootstrap,
-                seed,
-            )
-        else:
-            ci = bootstrap_ci(
-                lambda ib, ia: pair_statistics(base, base.curve(ib), arm, arm.curve(ia), q, gain_fractions),
-                [base.n_seeds, arm.n_seeds],
-                [*speedups, "peak_arm", "mean_arm", "mean_diff"],
-                n_bootstrap,
-                seed,
-            )
-        for key, column in [
-            *[(c, c) for c in speedups],
-            ("peak_arm", "peak"),
-            ("mean_arm", "mean_over_budget"),
-            ("mean_diff", "mean_diff"),
-        ]:
-            row[f"{column}_ci_low"], row[f"{column}_ci_high"] = ci.get(key, (np.nan, np.nan))
-        row["n_bootstrap"] = n_bootstrap if ci else 0
-
+        row = _point_row(c, name, arm)
+        row.update(_intervals(c, name, arm))
         seconds = totals.get_group(name) if name in totals.groups else pd.Series(dtype=float)
         row["seconds_per_step"] = float(seconds.mean()) if len(seconds) else np.nan
         row["seconds_per_step_sd"] = float(seconds.std()) if len(seconds) > 1 else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _point_row(c: _Comparison, name: str, arm) -> dict:
+    """An arm's row of `compare_arms` from the mean curves of its seeds (no intervals yet)."""
+    base, is_baseline = c.base, name == c.baseline
+    point = {
+        k: float(v[0])
+        for k, v in pair_statistics(base, base.curve()[None], arm, arm.curve()[None], c.q, c.gain_fractions).items()
+    }
+    never = np.isinf(point["t_arm"])
+    arm_info = c.exp.arms.set_index("arm")
+    row = dict(
+        experiment=c.exp.name,
+        benchmark=c.benchmark,
+        metric=c.metric,
+        baseline=c.baseline,
+        arm=name,
+        is_baseline=is_baseline,
+        n=int(arm_info.loc[name, "n"]),
+        m=int(arm_info.loc[name, "m"]),
+        rule=arm_info.loc[name, "rule"],
+        n_seeds=arm.n_seeds,
+        q=c.q,
+        threshold=point["threshold"],
+        budget_s=c.budget,
+        t_baseline_s=point["t_base"],
+        t_arm_s=point["t_arm"],
+        t_arm_last_s=float(arm.times[-1]),
+        t_baseline_interp_s=point["t_base_interp"],
+        t_arm_interp_s=point["t_arm_interp"],
+        censored="; ".join(
+            text
+            for flag, text in ((c.rising, "baseline peaks at its last checkpoint"), (never, "arm never reaches T"))
+            if flag
+        ),
+    )
+    for column, (t_base, t_arm, censorable) in c.speedups.items():
+        row[column], row[f"{column}_bound"] = (
+            (1.0, "") if is_baseline else bounded(point[t_base], point[t_arm], arm.times[-1], c.rising and censorable)
+        )
+    for g in c.gains:
+        row[f"{g}_level"] = point[f"{g}_level"]
+        row[f"t_baseline_{g}_s"], row[f"t_arm_{g}_s"] = point[f"t_base_{g}"], point[f"t_arm_{g}"]
+    after = arm.times > 0
+    row.update(
+        peak=point["peak_arm"],
+        peak_time_s=float(arm.times[after][np.nanargmax(arm.curve()[after])]),
+        mean_over_budget=point["mean_arm"],
+        mean_diff=point["mean_diff"],
+    )
+    return row
+
+
+def _intervals(c: _Comparison, name: str, arm) -> dict:
+    """Bootstrap intervals over seeds: the baseline's own statistics from its seeds alone, an arm's
+    against the baseline."""
+    base = c.base
+    if name == c.baseline:
+        ci = bootstrap_ci(
+            lambda i: arm_statistics(base, base.curve(i), c.budget),
+            [base.n_seeds],
+            ["peak_arm", "mean_arm"],
+            c.n_bootstrap,
+            c.seed,
+        )
+    else:
+        ci = bootstrap_ci(
+            lambda ib, ia: pair_statistics(base, base.curve(ib), arm, arm.curve(ia), c.q, c.gain_fractions),
+            [base.n_seeds, arm.n_seeds],
+            [*c.speedups, "peak_arm", "mean_arm", "mean_diff"],
+            c.n_bootstrap,
+            c.seed,
+        )
+    out = {}
+    columns = [
+        *[(k, k) for k in c.speedups],
+        ("peak_arm", "peak"),
+        ("mean_arm", "mean_over_budget"),
+        ("mean_diff", "mean_diff"),
+    ]
+    for key, column in columns:
+        out[f"{column}_ci_low"], out[f"{column}_ci_high"] = ci.get(key, (np.nan, np.nan))
+    out["n_bootstrap"] = c.n_bootstrap if ci else 0
+    return out
