@@ -40,7 +40,9 @@ STEPS = 40
 SETTINGS = dict(
     budget={"max_steps": STEPS, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
     eval={"benchmarks": ["arith", "gsm8k"], "n_problems": 4, "max_new_tokens": 12, "n_examples": 1, "inline": True},
-    reward={"workers": 1},  # a real grading process, which must not outlive a killed trainer
+    # a real grading process, which must not outlive a killed trainer; math-verify's timeouts are
+    # wall-clock, 10 s so that a busy machine does not make one run's grading differ from the other's
+    reward={"workers": 1, "timeout_s": 10},
 )
 
 

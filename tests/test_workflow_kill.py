@@ -42,6 +42,9 @@ SHORT_STEPS_SMOKE = {
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2, "checkpoint_every_s": 3600},
         "eval": {"n_problems": 20},
+        # math-verify's timeouts are wall-clock: on a busy machine a parse can pass the default 1 s in
+        # one workflow and not in the other (reward_failures, and rewards, would then differ)
+        "reward": {"timeout_s": 10},
     },
     "resources": {"train": {"runtime_min": 10}},  # a step budget gives the scheduler no runtime to derive
 }
