@@ -5,8 +5,9 @@ or to resume training exactly:
 
   model/         full weights (Hugging Face folder) or, with LoRA, the adapter (peft folder); + tokenizer
   trainer.pt     optimizer and lr-scheduler state
-  rank-<r>.pt    per process: RNG states (python, numpy, torch, cuda, the selection generator) and a
-                 SHA-256 of the trainable parameters (every process must hold the same weights)
+  rank-<r>.pt    per process: RNG states (python, numpy, torch, cuda, the selection generator), a
+                 SHA-256 of the trainable parameters (every process must hold the same weights) and
+                 the allocation strategy's state (pods_bench/allocation/)
   state.json     step, train_time_s (training clock), data_cursor, world_size, params_sha256
 
 It is written into `checkpoints/.tmp-step-XXXXXX/` and renamed into place when complete, so any
@@ -174,11 +175,12 @@ def set_rng_state(state: dict, selection_generator: torch.Generator) -> None:
 
 
 def save_checkpoint(
-    run_dir: str | Path, progress: dict, learner, tokenizer, selection_generator: torch.Generator
+    run_dir: str | Path, progress: dict, learner, tokenizer, selection_generator: torch.Generator, allocator=None
 ) -> Path:
     """Write a checkpoint atomically; a collective call (every process writes its rank file).
     `progress`: step, train_time_s (the training clock) and data_cursor; `learner`: the trainer's
-    policy, optimizer, scheduler and accelerator (pods_bench.train.Learner)."""
+    policy, optimizer, scheduler and accelerator (pods_bench.train.Learner); `allocator`: the
+    allocation strategy, whose state (buffers, per-prompt histories) goes into the rank file."""
     model, optimizer, scheduler, accelerator = (
         learner.policy,
         learner.optimizer,
@@ -194,7 +196,11 @@ def save_checkpoint(
         failpoint("checkpoint")
     accelerator.wait_for_everyone()
     sha = params_sha256(model)
-    torch.save({"rng": rng_state(selection_generator), "params_sha256": sha}, tmp / f"rank-{rank}.pt")
+    allocation = allocator.state_dict() if allocator is not None else {}
+    torch.save(
+        {"rng": rng_state(selection_generator), "params_sha256": sha, "allocation": allocation},
+        tmp / f"rank-{rank}.pt",
+    )
     if hasattr(optimizer, "consolidate_state_dict"):  # sharded (ZeroRedundancyOptimizer): gather on rank 0
         optimizer.consolidate_state_dict(to=0)
     if accelerator.is_main_process:
@@ -217,8 +223,9 @@ def save_checkpoint(
     return final
 
 
-def load_training_state(checkpoint: Path, learner, selection_generator) -> dict:
-    """Restore optimizer, scheduler and this process's RNG states; returns state.json."""
+def load_training_state(checkpoint: Path, learner, selection_generator, allocator=None) -> dict:
+    """Restore optimizer, scheduler, this process's RNG states and the allocation strategy's state;
+    returns state.json."""
     optimizer, scheduler, accelerator = learner.optimizer, learner.scheduler, learner.accelerator
     state = read_state(checkpoint)
     if state["world_size"] != accelerator.num_processes:
@@ -231,4 +238,6 @@ def load_training_state(checkpoint: Path, learner, selection_generator) -> dict:
     scheduler.load_state_dict(trainer["scheduler"])
     rank_state = torch.load(checkpoint / f"rank-{accelerator.process_index}.pt", weights_only=False)
     set_rng_state(rank_state["rng"], selection_generator)
+    if allocator is not None and rank_state.get("allocation"):
+        allocator.load_state_dict(rank_state["allocation"])
     return state

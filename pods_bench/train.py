@@ -5,6 +5,8 @@ Per step (`train_step`):
      `selection.groups_per_prompt` says otherwise, as the paper's 8-GPU runs)
   2. the engine samples n completions per group
   3. rewards: math-verify correctness + format shaping (`RewardFunction`)
+  (1-3 are the allocation strategy's, pods_bench/allocation/: the paper's is the one above; others
+   sample in rounds, skip prompts or pilot them first, and hand over groups of n all the same)
   4. the selection rule keeps m of the n of each group (optionally after DAPO's filter, which drops
      groups whose n rewards are all equal)
   5. group advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps)
@@ -356,47 +358,66 @@ class Kept:
     """Steps 4-5 of a step: which groups and rollouts train, with their advantages."""
 
     sequences: list[KeptRollout]
-    rewards: torch.Tensor  # (kept groups, m) rewards of the kept rollouts
+    rewards: torch.Tensor  # (kept rollouts,) their rewards
     informative: torch.Tensor  # (groups,) whether a group's n rewards are not all equal
     groups: int  # groups kept (after the optional DAPO filter)
 
 
 def keep_rollouts(rewards: torch.Tensor, rollouts, cfg: TrainConfig, generator: torch.Generator) -> Kept:
-    """Optionally drop all-equal groups (DAPO), keep m of each group's n by the selection rule, and
-    normalise advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps)."""
+    """Optionally drop all-equal groups (DAPO's filter, without refill), keep m of each group's n by
+    the selection rule and normalise advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps);
+    or (CPPO, selection.advantage_over: all) over all n, kept as they are for the kept rollouts,
+    optionally choosing the groups x m kept over the whole batch (selection.scope: batch)."""
     from pods_bench.selection import group_advantages, nonuniform_groups, select
 
-    m = cfg.selection.m
+    s, m = cfg.selection, cfg.selection.m
     informative = nonuniform_groups(rewards)
-    keep = informative if cfg.selection.filter_uniform_groups else torch.ones(len(rewards), dtype=torch.bool)
+    keep = informative if s.filter_uniform_groups else torch.ones(len(rewards), dtype=torch.bool)
     kept_groups = keep.nonzero().squeeze(1).tolist()
-    sequences, kept_rewards = [], torch.zeros(0, m, dtype=torch.float64)
-    if kept_groups:
-        chosen = select(cfg.selection.rule, rewards[keep], m, generator)  # (kept, m)
-        kept_rewards = rewards[keep].gather(1, chosen)
-        advantages = group_advantages(kept_rewards, scale_by_std=cfg.selection.scale_advantage_by_std)
-        for row, g in enumerate(kept_groups):
-            for j, a in zip(chosen[row].tolist(), advantages[row].tolist()):
-                sequences.append(KeptRollout(rollouts.prompt_ids[g], rollouts.completion_ids[g][j], a))
-    return Kept(sequences, kept_rewards, informative, len(kept_groups))
+    if not kept_groups:
+        return Kept([], torch.zeros(0, dtype=torch.float64), informative, 0)
+    groups = rewards[keep]
+    over_all = group_advantages(groups, scale_by_std=s.scale_advantage_by_std) if s.advantage_over == "all" else None
+    if s.scope == "batch":
+        # CPPO's pruning (lzhxmu/CPPO@52faeb3, cppo_verl/recipe/cppo/src/cppo_ray_trainer.py:L310-L328):
+        # the groups x m rollouts of the batch with the largest |A|, in batch order
+        flat = torch.sort(over_all.abs().flatten(), descending=True, stable=True).indices[: len(kept_groups) * m]
+        flat = flat.sort().values
+        rows, cols = flat // groups.shape[1], flat % groups.shape[1]
+        advantages = over_all[rows, cols]
+    else:
+        chosen = select(s.rule, groups, m, generator)  # (kept, m)
+        rows, cols = torch.arange(len(kept_groups)).repeat_interleave(m), chosen.flatten()
+        advantages = (
+            over_all[rows, cols]
+            if over_all is not None
+            else group_advantages(groups.gather(1, chosen), scale_by_std=s.scale_advantage_by_std).flatten()
+        )
+    sequences = [
+        KeptRollout(rollouts.prompt_ids[kept_groups[r]], rollouts.completion_ids[kept_groups[r]][c], a)
+        for r, c, a in zip(rows.tolist(), cols.tolist(), advantages.tolist())
+    ]
+    return Kept(sequences, groups[rows, cols], informative, len(kept_groups))
 
 
-def step_sums(rewards: torch.Tensor, kept: Kept, rollouts, graded, update: dict) -> dict[str, float]:
-    """This process's share of the step's statistics, as sums (all-reduced into `step_record`)."""
+def step_sums(batch, kept: Kept, sampled: dict, update: dict) -> dict[str, float]:
+    """This process's share of the step's statistics, as sums (all-reduced into `step_record`):
+    `batch` the groups it selected from (pods_bench.allocation.Groups), `sampled` what it generated
+    in the step (RolloutSampler.counts: more than the batch when a strategy samples in rounds)."""
     return {
-        "rollouts": rewards.numel(),
-        "reward_sum": float(rewards.sum()),
-        "reward_sq": float((rewards**2).sum()),
+        "groups": len(batch),
+        "rollouts": batch.rewards.size,
+        "reward_sum": float(batch.rewards.sum()),
+        "reward_sq": float((batch.rewards**2).sum()),
         "kept": kept.rewards.numel(),
         "kept_sum": float(kept.rewards.sum()),
         "kept_sq": float((kept.rewards**2).sum()),
         "zero_variance": float((~kept.informative).sum()),
         "groups_kept": kept.groups,
-        "generated_tokens": rollouts.generated_tokens,
+        **sampled,  # rollouts_generated, generated_tokens, reward_failures
         "trained_tokens": sum(len(s.completion_ids) for s in kept.sequences),
-        "correct": float(graded.correctness.sum()),
-        "format": float(graded.format.sum()),
-        "reward_failures": graded.n_timeouts + graded.n_errors,
+        "correct": float(batch.correct.sum()),
+        "format": float(batch.format.sum()),
         "loss": update["loss"],
         "kl_sum": update["kl_sum"],
         "clipped": update["clipped"],
@@ -410,8 +431,11 @@ def _mean_std(count: float, total: float, squares: float):
     return mean, math.sqrt(max(0.0, squares / count - mean**2))
 
 
-def step_record(cfg: TrainConfig, progress: Progress, phase_times: dict, sums: dict, update: dict) -> dict:
-    """One train_log.jsonl line (fields: docs/results-format.md) from the all-reduced sums."""
+def step_record(
+    cfg: TrainConfig, progress: Progress, phase_times: dict, sums: dict, update: dict, allocation: dict
+) -> dict:
+    """One train_log.jsonl line (fields: docs/results-format.md) from the all-reduced sums and the
+    allocation strategy's counters (the same on every process)."""
     reward_mean, reward_std = _mean_std(sums["rollouts"], sums["reward_sum"], sums["reward_sq"])
     kept_mean, kept_std = _mean_std(sums["kept"], sums["kept_sum"], sums["kept_sq"])
     trained = sums["trained_tokens"]
@@ -429,18 +453,23 @@ def step_record(cfg: TrainConfig, progress: Progress, phase_times: dict, sums: d
         "reward_std": reward_std,
         "reward_mean_kept": kept_mean,
         "reward_std_kept": kept_std,
-        "zero_variance_frac": sums["zero_variance"] / (cfg.prompts_per_step * cfg.selection.groups_per_prompt),
-        "completion_len_mean": sums["generated_tokens"] / sums["rollouts"],
+        "zero_variance_frac": sums["zero_variance"] / sums["groups"] if sums["groups"] else None,
+        "completion_len_mean": sums["generated_tokens"] / sums["rollouts_generated"],
         "loss": sums["loss"],
         "grad_norm": update["grad_norm"],
         "lr": update["lr"],
         # beyond the contract's fields
         "prompts_kept": int(sums["groups_kept"]),
-        "correctness_mean": sums["correct"] / sums["rollouts"],
-        "format_mean": sums["format"] / sums["rollouts"],
+        "correctness_mean": sums["correct"] / sums["rollouts"] if sums["rollouts"] else None,
+        "format_mean": sums["format"] / sums["rollouts"] if sums["rollouts"] else None,
         "kl": sums["kl_sum"] / trained if cfg.loss.beta > 0 and trained else None,
         "clip_frac": sums["clipped"] / trained if trained else 0.0,
         "reward_failures": int(sums["reward_failures"]),
+        # what the step generated (all rounds, pilots, dropped groups): the cost axes of the analysis
+        "allocation": cfg.allocation.strategy,
+        "groups_trained": int(sums["groups"]),
+        "rollouts_generated": int(sums["rollouts_generated"]),
+        **allocation,  # rounds, groups_sampled and the strategy's own counters (docs/results-format.md)
     }
 
 
@@ -544,6 +573,7 @@ class Run:
     prompts: list[str]
     benchmarks: list  # evaluation benchmarks (rank 0)
     selection_generator: torch.Generator
+    allocator: Any  # the allocation strategy (pods_bench.allocation), with its per-prompt state
     progress: Progress = field(default_factory=Progress)
     engine: Any = None
     reward_fn: Any = None
@@ -572,7 +602,9 @@ class Run:
         """Save (every process), then evaluate inline on rank 0; none of it counts as training."""
         p = self.progress
         state = {"step": p.step, "train_time_s": p.clock, "data_cursor": p.cursor}
-        path = ckpt.save_checkpoint(self.cfg.run_dir, state, self.learner, self.tokenizer, self.selection_generator)
+        path = ckpt.save_checkpoint(
+            self.cfg.run_dir, state, self.learner, self.tokenizer, self.selection_generator, self.allocator
+        )
         p.checkpoint_step, p.checkpoint_clock = p.step, p.clock
         self.evaluate_pending(path)
 
@@ -585,15 +617,18 @@ class Run:
 def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tuple[Run, int]:
     """(run, prompts dropped as too long): model, optimizer and data, at the checkpoint's progress
     when resuming. Bad input fails here, before anything is written."""
+    from pods_bench.allocation import make_allocator
+
     learner, tokenizer = make_learner(cfg, accelerator, resume_from)
     problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
     # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
     # stop the run now, not after hours of training
     benchmarks = load_benchmarks(cfg, tokenizer) if accelerator.is_main_process else []
     generator = torch.Generator().manual_seed(derived_seed(cfg.seed, accelerator.process_index, 1))
-    run = Run(cfg, learner, tokenizer, problems, prompts, benchmarks, generator)
+    allocator = make_allocator(cfg, len(problems))
+    run = Run(cfg, learner, tokenizer, problems, prompts, benchmarks, generator, allocator)
     if resume_from is not None:
-        state = ckpt.load_training_state(resume_from, learner, generator)
+        state = ckpt.load_training_state(resume_from, learner, generator, allocator)
         step, clock = state["step"], state["train_time_s"]
         run.progress = Progress(step, clock, state["data_cursor"], checkpoint_step=step, checkpoint_clock=clock)
     return run, n_dropped
@@ -620,35 +655,22 @@ def make_accelerator(cfg: TrainConfig):
 
 def train_step(run: Run, stream: PromptStream) -> dict:
     """One step of GRPO / GRPO-PODS, steps 1-7 of the module docstring; returns its log record."""
-    from pods_bench.rewards import gold_texts
+    from pods_bench.allocation import RolloutSampler
 
     cfg, p, accelerator, times = run.cfg, run.progress, run.accelerator, {}
-    P, n, G = cfg.prompts_per_step, cfg.selection.n, cfg.selection.groups_per_prompt
-    rank, world = accelerator.process_index, accelerator.num_processes
 
-    # 1. prompts: this process's share of the next P, each as G independent groups of n rollouts
-    # (G = selection.groups_per_prompt; 1 but in the paper's 8-GPU recipe)
-    indices = stream.take(p.cursor, P)[rank * P // world : (rank + 1) * P // world]
-    p.cursor += P
-    groups = [i for i in indices for _ in range(G)]
-
-    # 2. rollouts: n per group
+    # 1-3. prompts, rollouts and rewards: the allocation strategy decides which prompts get how many
+    # rollouts (the paper's: the next P prompts, n each, as G groups with selection.groups_per_prompt);
+    # the sampler times generation and grading, the strategy's own bookkeeping counts as selection
     failpoint("gen")
-    with timed(times, "gen", accelerator.device):
-        seed = cfg.sampling.seed if cfg.sampling.seed is not None else cfg.seed
-        sampling = replace(cfg.sampling, seed=derived_seed(seed, p.step, rank))
-        rollouts = run.engine.generate([run.prompts[i] for i in groups], n, sampling)
-
-    # 3. rewards (groups, n)
-    with timed(times, "reward", accelerator.device):
-        golds = gold_texts([run.problems[i] for i in groups], cfg.reward.grading)
-        texts = [t for group in rollouts.completion_text for t in group]
-        graded = run.reward_fn(texts, [g for g in golds for _ in range(n)])
-        rewards = torch.tensor(graded.total, dtype=torch.float64).view(len(groups), n)
+    sampler, started = RolloutSampler(run, stream, times), time.perf_counter()
+    batch, allocation = run.allocator.collect(sampler)
+    times["select"] = max(0.0, time.perf_counter() - started - times.get("gen", 0.0) - times.get("reward", 0.0))
+    rewards = torch.from_numpy(batch.rewards)
 
     # 4-5. selection of m per group, advantages over the kept m
     with timed(times, "select", accelerator.device):
-        kept = keep_rollouts(rewards, rollouts, cfg, run.selection_generator)
+        kept = keep_rollouts(rewards, batch, cfg, run.selection_generator)
 
     # 6. policy-gradient update
     failpoint("update")
@@ -660,11 +682,13 @@ def train_step(run: Run, stream: PromptStream) -> dict:
         run.engine.sync_weights(run.learner.policy)
 
     # the clock (every process agrees: the slowest one's phases) and the record
-    phase_times = all_reduce({**{ph: times[ph] for ph in PHASES}, "step": sum(times.values())}, accelerator, op="max")
+    phase_times = all_reduce(
+        {**{ph: times.get(ph, 0.0) for ph in PHASES}, "step": sum(times.values())}, accelerator, op="max"
+    )
     p.clock += phase_times["step"]
     p.step += 1
-    sums = all_reduce(step_sums(rewards, kept, rollouts, graded, update), accelerator)
-    return step_record(cfg, p, phase_times, sums, update)
+    sums = all_reduce(step_sums(batch, kept, sampler.counts, update), accelerator)
+    return step_record(cfg, p, phase_times, sums, update, allocation)
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:

@@ -44,6 +44,9 @@ def test_a_short_run_writes_the_results_contract(tmp_path):
         assert 0 < r["trained_tokens"] <= r["generated_tokens"]
         assert math.isfinite(r["loss"]) and r["grad_norm"] > 0 and r["lr"] == 1e-3
         assert 0 <= r["zero_variance_frac"] <= 1 and r["kl"] is None
+        # the paper's allocation: one round, P x n rollouts, all of them in the batch
+        assert (r["allocation"], r["rounds"], r["groups_sampled"], r["groups_trained"]) == ("uniform", 1, 4, 4)
+        assert r["rollouts_generated"] == 16
     # the clock adds up the phases of each step and nothing else (no evaluation, no checkpoint I/O)
     clock = 0.0
     for r in steps:
@@ -59,7 +62,10 @@ def test_a_short_run_writes_the_results_contract(tmp_path):
         "groups_per_prompt": 1,
         "filter_uniform_groups": False,
         "scale_advantage_by_std": True,
+        "advantage_over": "kept",
+        "scope": "group",
     }
+    assert info["config"]["allocation"]["strategy"] == "uniform"
     assert {"torch", "transformers", "peft", "accelerate", "math-verify", "pods-bench", "vllm"} <= set(
         info["versions"]
     )

@@ -1,0 +1,40 @@
+"""Rollout allocation: which prompts get how many rollouts in a step (step 1-3 of pods_bench.train).
+
+A strategy's `collect(sampler)` returns the groups the step trains on, each of selection.n graded
+rollouts of one prompt; the selection rule then keeps m of each group (pods_bench/selection.py), so
+every strategy composes with every rule (Pilot-Commit + max_variance is PODS inside Pilot-Commit).
+
+  uniform           the next P prompts, n rollouts each: GRPO and PODS as the paper runs them
+  dynamic_sampling  DAPO: rounds of new prompts; groups whose n rewards are all equal are dropped
+                    until P are left (verl recipe/dapo)
+  greso             GRESO: dynamic sampling, and before rollout each prompt is skipped with a
+                    probability that grows with its streak of all-correct / all-wrong groups
+  pilot_commit      Pilot-Commit: pilot new prompts with n_p rollouts; prompts whose pilot pass rate
+                    is informative wait in a buffer; the batch commits n - n_p more rollouts to
+                    buffered prompts and trains on pilot + commit as one group
+
+Each strategy's settings are a section of the config (`allocation.<strategy>`, pods_bench/config.py)
+and its per-prompt state is saved in every checkpoint. docs/allocation.md compares them.
+"""
+
+from __future__ import annotations
+
+from pods_bench.allocation.base import AllocationStrategy, Graded, Groups, RolloutSampler
+from pods_bench.allocation.dynamic_sampling import DynamicSampling
+from pods_bench.allocation.greso import Greso
+from pods_bench.allocation.pilot_commit import PilotCommit
+from pods_bench.allocation.uniform import Uniform
+
+ALLOCATION_STRATEGIES: dict[str, type[AllocationStrategy]] = {
+    "uniform": Uniform,
+    "dynamic_sampling": DynamicSampling,
+    "greso": Greso,
+    "pilot_commit": PilotCommit,
+}
+
+__all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "Graded", "Groups", "RolloutSampler", "make_allocator"]
+
+
+def make_allocator(cfg, num_prompts: int) -> AllocationStrategy:
+    """The strategy `cfg.allocation.strategy` names, for a run with `num_prompts` training prompts."""
+    return ALLOCATION_STRATEGIES[cfg.allocation.strategy](cfg, num_prompts)

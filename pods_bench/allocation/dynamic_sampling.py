@@ -1,0 +1,78 @@
+"""DAPO's dynamic sampling, as verl's recipe runs it (volcengine/verl@246cac4,
+recipe/dapo/dapo_ray_trainer.py:L130-L409; run_dapo_qwen2.5_32b.sh:L25-L29 for the defaults).
+
+Per step, in rounds: draw `prompts_per_round` new prompts (default 3 x P), sample n rollouts each,
+drop the groups whose n rewards are all equal (their GRPO advantages are all 0), and append the rest
+until P groups are kept. The earliest kept groups train (a prefix, L286-L288); the surplus of the
+last round is discarded and its prompts are consumed (not seen again this epoch). After
+`max_rounds` rounds without P groups verl raises (L274-L284); here that is `when_short`. No state
+is kept across steps.
+
+`metric` decides what must differ within a group: "correct" (verl's filter_groups.metric acc, as the
+DAPO recipe sets it) or "reward" (the trained reward: with format shaping an all-wrong group can
+still differ in its format terms, and so still have an advantage).
+"""
+
+from __future__ import annotations
+
+from pods_bench.allocation.base import (
+    AllocationStrategy,
+    Graded,
+    Groups,
+    RolloutSampler,
+    check_not_exhausted,
+    short_batch,
+)
+
+
+class DynamicSampling(AllocationStrategy):
+    """Refill rounds until P informative groups; subclasses choose the round's prompts (GRESO)."""
+
+    name = "dynamic_sampling"
+
+    @property
+    def settings(self):
+        return self.cfg.allocation.dynamic_sampling
+
+    def round_size(self, round_index: int, missing: int, zero_share: float | None) -> int:
+        """Prompts to roll out in round `round_index` (0-based), `missing` groups short, after a round
+        whose share of all-equal groups was `zero_share` (None before the first)."""
+        return self.settings.prompts_per_round or 3 * self.cfg.prompts_per_step
+
+    def candidates(self, sampler: RolloutSampler, count: int, round_index: int) -> tuple[list[int], int]:
+        """(prompts to roll out, prompts drawn in all): here the next `count` prompts."""
+        return sampler.draw(count), count
+
+    def observe(self, sampler: RolloutSampler, everyone: list[Graded]) -> None:
+        """Called with every group a round rolled out (before any is dropped)."""
+
+    def finish_step(self, sampler: RolloutSampler, stats: dict) -> None:
+        """Called once the step's batch is complete."""
+
+    def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
+        want, n = self.cfg.prompts_per_step, self.cfg.selection.n
+        parts, have, drawn, zero_share = [], 0, 0, None
+        stats = {"rounds": 0, "groups_sampled": 0, "groups_dropped": 0}
+        while True:
+            prompts, count = self.candidates(
+                sampler, self.round_size(stats["rounds"], want - have, zero_share), stats["rounds"]
+            )
+            drawn += count
+            local, everyone = sampler.sample(prompts, n)
+            stats["rounds"] += 1
+            stats["groups_sampled"] += len(everyone)
+            self.observe(sampler, everyone)
+            informative = [g for g in everyone if g.differs(self.settings.metric)]
+            zero_share = 1 - len(informative) / len(everyone) if everyone else 1.0
+            kept = informative[: want - have]  # the earliest kept groups train; the surplus is dropped
+            parts.append(local.rows([g.row for g in kept if g.owner == sampler.rank]))
+            have += len(kept)
+            stats["groups_dropped"] += len(everyone) - len(kept)
+            if have >= want:
+                break
+            why = "every other group's rewards were all equal"
+            check_not_exhausted(self.settings, self.name, drawn, self.num_prompts, have, want, why)
+            if not short_batch(self.name, self.settings, have, want, stats["rounds"], why):
+                break
+        self.finish_step(sampler, stats)
+        return Groups.concat(parts, n), stats

@@ -1,0 +1,14 @@
+"""The paper's allocation: every step the next P prompts of the stream, n rollouts each."""
+
+from __future__ import annotations
+
+from pods_bench.allocation.base import AllocationStrategy, Groups, RolloutSampler
+
+
+class Uniform(AllocationStrategy):
+    """P prompts x G groups (selection.groups_per_prompt) x n rollouts, one sampling call."""
+
+    def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
+        s = self.cfg.selection
+        groups, everyone = sampler.sample(sampler.draw(self.cfg.prompts_per_step), s.n, repeats=s.groups_per_prompt)
+        return groups, {"rounds": 1, "groups_sampled": len(everyone)}

@@ -1,0 +1,389 @@
+"""The allocation strategies' rules on small hand-worked cases: refill rounds and surplus (DAPO),
+skip probabilities, streaks and the adaptation of p (GRESO), buffer, commit, eviction and age limit
+(Pilot-Commit), CPPO's batch-level pruning, and the one-line errors of bad settings.
+
+Here the rollouts' outcomes are scripted per prompt (a prompt with pass rate q gets round(q k) of its k
+rollouts right), so every decision can be worked out by hand; everything else (the seeded prompt
+stream, the data cursor, the strategies' random draws) is the trainer's own. Real training with every
+strategy, and exact resumes of their state, are in tests/test_allocation_training.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from pods_bench.allocation import ALLOCATION_STRATEGIES, Graded, Groups, RolloutSampler, make_allocator
+from pods_bench.config import config_from_dict, validate
+from pods_bench.errors import PodsBenchError
+from pods_bench.train import KeptRollout, Progress, PromptStream, keep_rollouts
+
+NUM_PROMPTS = 12
+
+
+class ScriptedSampler(RolloutSampler):
+    """The trainer's sampler with scripted outcomes: prompt i's k rollouts are round(rate[i] k) right
+    (reward 1) and the rest wrong (reward 0). Records what it was asked to sample."""
+
+    def __init__(self, cfg, rates: dict[int, float], step: int = 0, cursor: int = 0):
+        run = SimpleNamespace(
+            cfg=cfg,
+            progress=Progress(step=step, cursor=cursor),
+            prompts=["?"] * NUM_PROMPTS,
+            accelerator=SimpleNamespace(process_index=0, num_processes=1),
+        )
+        super().__init__(run, PromptStream(NUM_PROMPTS, cfg.seed), {})
+        self.rates, self.calls_made = rates, []
+
+    def sample(self, prompts, k, owners=None, repeats=1):
+        self.calls_made.append((list(prompts), k))
+        correct = np.array(
+            [[1.0] * round(self.rates[p] * k) + [0.0] * (k - round(self.rates[p] * k)) for p in prompts]
+        )
+        correct = correct.reshape(len(prompts), k)
+        local = Groups(
+            list(prompts),
+            [[p] for p in prompts],
+            [[[p, self.step, j] for j in range(k)] for p in prompts],
+            correct.copy(),
+            correct,
+            np.zeros_like(correct),
+            [self.step] * len(prompts),
+        )
+        everyone = [Graded(p, 0, row, tuple(correct[row]), tuple(correct[row])) for row, p in enumerate(prompts)]
+        self.counts["rollouts_generated"] += correct.size
+        return local, everyone
+
+
+def make_cfg(strategy: str, n: int = 8, m: int = 8, P: int = 2, **settings):
+    cfg = config_from_dict(
+        {
+            "prompts_per_step": P,
+            "selection": {"rule": "all" if m == n else "max_variance", "n": n, "m": m},
+            "allocation": {"strategy": strategy, strategy: settings} if settings else {"strategy": strategy},
+            "budget": {"max_steps": 10},
+        }
+    )
+    validate(cfg)
+    return cfg
+
+
+def stream_order(seed: int = 0) -> list[int]:
+    return PromptStream(NUM_PROMPTS, seed).take(0, NUM_PROMPTS)
+
+
+# --- DAPO dynamic sampling ---------------------------------------------------------------------------
+
+
+def test_dynamic_sampling_refills_until_the_batch_is_full_and_drops_the_surplus():
+    order = stream_order()
+    # round 1 (3 prompts): one mixed group; round 2: two mixed groups, of which one is surplus
+    rates = dict.fromkeys(range(NUM_PROMPTS), 1.0)
+    rates |= {order[1]: 0.5, order[2]: 0.0, order[3]: 0.25, order[4]: 0.0, order[5]: 0.75}
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=3)
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+
+    assert batch.prompt == [order[1], order[3]]  # the earliest mixed groups; order[5] is surplus
+    assert batch.rewards.shape == (2, 8)
+    assert stats == {"rounds": 2, "groups_sampled": 6, "groups_dropped": 4}
+    assert [c[0] for c in sampler.calls_made] == [order[0:3], order[3:6]]
+    assert sampler.run.progress.cursor == 6  # every drawn prompt is consumed, surplus included
+
+
+def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds():
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0) | {stream_order()[0]: 0.5}
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2)
+    with pytest.raises(PodsBenchError) as error:
+        make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert str(error.value) == (
+        "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after 2 rounds (every other group's "
+        "rewards were all equal); raise allocation.dynamic_sampling.max_rounds (0: no limit) or set "
+        "allocation.dynamic_sampling.when_short=train"
+    )
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, when_short="train")
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert len(batch) == 1 and stats["rounds"] == 2
+
+    # no round limit: one pass over the data at most
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=5, max_rounds=0)
+    with pytest.raises(PodsBenchError, match=r"1 of the 2 groups .* after drawing every one of the 12 training"):
+        make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+
+
+def test_dynamic_sampling_metric_correct_drops_all_wrong_groups_that_differ_only_in_format():
+    graded = Graded(0, 0, 0, rewards=(0.0, 0.1, 0.2), correct=(0.0, 0.0, 0.0))
+    assert graded.differs("reward") and not graded.differs("correct")
+    assert Graded(0, 0, 0, (1.0, 0.1), (1.0, 0.0)).differs("correct")
+
+
+# --- GRESO -------------------------------------------------------------------------------------------
+
+
+def test_greso_keep_probability_is_p_to_the_streak_with_a_floor():
+    cfg = make_cfg("greso", p_easy=0.5, p_hard=0.8, skip_floor=0.01)
+    g = make_allocator(cfg, NUM_PROMPTS)
+    g.easy_streak[:4] = [0, 1, 3, 10]
+    g.hard_streak[4:7] = [1, 2, 30]
+    assert [g.keep_probability(i) for i in range(7)] == pytest.approx([1, 0.5, 0.125, 0.01, 0.8, 0.64, 0.01])
+
+
+def test_greso_records_streaks_from_every_group_and_skips_at_the_rate_it_says():
+    cfg = make_cfg("greso", P=2, prompts_per_round=3)
+    g = make_allocator(cfg, NUM_PROMPTS)
+    everyone = [Graded(0, 0, 0, (1, 1), (1, 1)), Graded(1, 0, 1, (0, 0), (0, 0)), Graded(2, 0, 2, (1, 0), (1, 0))]
+    g._step_counts = {"easy": 0, "hard": 0, "groups": 0}
+    for _ in range(2):
+        g.observe(None, everyone)
+    assert (g.easy_streak[:3].tolist(), g.hard_streak[:3].tolist()) == ([2, 0, 0], [0, 2, 0])
+    g.observe(None, [Graded(0, 0, 0, (1, 0), (1, 0))])  # a mixed group ends the streak
+    assert g.easy_streak[0] == 0
+
+    # keep probability 0.25 for every prompt: over many draws about a quarter are rolled out
+    g.easy_streak[:] = 2
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5))
+    kept, drawn, g._skipped = 0, 0, 0
+    for r in range(200):
+        prompts, count = g.candidates(sampler, 3, r)
+        kept, drawn = kept + len(prompts), drawn + count
+    assert 0.2 < kept / drawn < 0.3 and g._skipped == drawn - kept
+
+
+def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():
+    cfg = make_cfg("greso", P=2, prompts_per_round=4, p_easy=0.5, p_hard=0.5)
+    order = stream_order()
+    # 4 prompts per round: 2 all-correct, 1 all-wrong, 1 mixed -> easy share 0.5 >= 0.25/3, hard 0.25 >= 0.5/3;
+    # only one mixed group per round, so two rounds
+    rates = {order[i % NUM_PROMPTS]: [1.0, 1.0, 0.0, 0.5][i % 4] for i in range(NUM_PROMPTS)}
+    g = make_allocator(cfg, NUM_PROMPTS)
+    batch, stats = g.collect(ScriptedSampler(cfg, rates))  # epoch 0: no adaptation
+    assert (stats["rounds"], stats["p_easy"], stats["p_hard"]) == (2, 0.5, 0.5)
+    assert len(batch) == 2 and stats["prompts_skipped"] == 0  # no history yet: nothing skipped
+    g.easy_streak[:] = 0  # no skipping in the next epoch: its rounds roll out what they draw
+    g.hard_streak[:] = 0
+    epoch_1 = PromptStream(NUM_PROMPTS, 0).take(NUM_PROMPTS, NUM_PROMPTS)
+    rates = {epoch_1[i]: [1.0, 1.0, 0.0, 0.5][i % 4] for i in range(NUM_PROMPTS)}
+    batch, stats = g.collect(ScriptedSampler(cfg, rates, step=5, cursor=NUM_PROMPTS))  # epoch 1
+    # 8 groups rolled out: easy share 4/8 >= 0.25 / 3 and hard share 2/8 >= 0.25 x 2/3: both p fall
+    assert stats["rounds"] == 2
+    assert (stats["p_easy"], stats["p_hard"]) == pytest.approx((0.49, 0.49))
+    # few zero-variance groups: p rises, within [p_min, p_max]
+    g.p_easy = g.p_hard = 0.945
+    g.easy_streak[:] = 0
+    g.hard_streak[:] = 0
+    _, stats = g.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5), step=6, cursor=NUM_PROMPTS))
+    assert (stats["p_easy"], stats["p_hard"]) == pytest.approx((0.95, 0.95))
+
+    restored = make_allocator(cfg, NUM_PROMPTS)
+    restored.load_state_dict(g.state_dict())
+    assert restored.state_dict() == g.state_dict()
+
+
+def test_greso_refill_round_size_follows_the_zero_variance_share():
+    g = make_allocator(make_cfg("greso", P=8), NUM_PROMPTS)
+    assert g.round_size(0, 8, None) == 12  # 1.5 x P
+    assert g.round_size(1, 4, 0.5) == 10  # ceil(4 / 0.5 x 1.25)
+    assert g.round_size(1, 1, 0.0) == 2  # at least P / 4
+    assert g.round_size(1, 8, 1.0) == 12
+
+
+# --- Pilot-Commit --------------------------------------------------------------------------------------
+
+
+def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
+    order = stream_order()
+    # n = 8: n_p = 2 pilot rollouts, n_c = 6 commit rollouts; pass window [0.125, 0.75]
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0)
+    rates |= {order[0]: 0.5, order[1]: 1.0, order[3]: 0.5, order[4]: 0.5}
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = pc.collect(sampler)
+
+    # round 1: nothing to commit; pilots order[0:3]: order[0] buffered, order[1] solved (evicted)
+    # round 2: commit order[0]; pilots order[3:6]: order[3], order[4] buffered
+    # round 3: commit one of order[3], order[4] (random); pilots order[6:9]: none buffered
+    assert [c for c in sampler.calls_made] == [
+        ([], 6),
+        (order[0:3], 2),
+        ([order[0]], 6),
+        (order[3:6], 2),
+        ([batch.prompt[1]], 6),
+        (order[6:9], 2),
+    ]
+    assert batch.prompt[0] == order[0] and batch.prompt[1] in (order[3], order[4])
+    assert batch.rewards.shape == (2, 8)  # pilot + commit rollouts as one group of n
+    assert [c[1] for c in batch.completion_ids[0]] == [0] * 8  # all sampled at step 0
+    assert batch.rewards[0].tolist() == [1, 0] + [1, 1, 1, 0, 0, 0]  # pilot (2) then commit (6)
+    assert pc.evicted == {order[1]}
+    assert list(pc.buffer) == [p for p in (order[3], order[4]) if p != batch.prompt[1]]
+    assert stats == {
+        "rounds": 3,
+        "groups_sampled": 2 + 9,
+        "rollouts_pilot": 9 * 2,
+        "rollouts_commit": 2 * 6,
+        "prompts_buffered": 3,
+        "buffer_size": 1,
+        "prompts_evicted": 1,
+        "commit_age_mean": 0.0,
+    }
+
+    # the next step commits the one left at once: its pilot is one step old
+    left, cursor = list(pc.buffer)[0], sampler.run.progress.cursor
+    pc.settings = make_cfg(
+        "pilot_commit", P=2, pilot_prompts=3, max_rounds=1, when_short="train"
+    ).allocation.pilot_commit
+    batch, stats = pc.collect(ScriptedSampler(cfg, rates, step=1, cursor=cursor))
+    assert batch.prompt == [left] and stats["commit_age_mean"] == 1.0 and stats["rounds"] == 1
+
+    # an evicted prompt is never piloted again, though the next epoch's order holds it
+    pc.settings = make_cfg(
+        "pilot_commit", P=2, pilot_prompts=3, max_rounds=3, when_short="train"
+    ).allocation.pilot_commit
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0), step=2, cursor=NUM_PROMPTS)
+    pc.collect(sampler)
+    piloted = [p for prompts, k in sampler.calls_made if k == 2 for p in prompts]
+    drawn = PromptStream(NUM_PROMPTS, 0).take(NUM_PROMPTS, sampler.run.progress.cursor - NUM_PROMPTS)
+    assert len(piloted) == 9 and order[1] not in piloted
+    assert sorted(piloted + [order[1]] * (order[1] in drawn)) == sorted(drawn)
+
+
+def test_pilot_commit_drops_pilots_older_than_max_off_steps_and_orders_commits_by_std():
+    from pods_bench.allocation.pilot_commit import Buffered
+
+    cfg = make_cfg("pilot_commit", P=1, pilot_prompts=3, max_off_steps=1, commit_order="max_std", max_rounds=1)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    pc.buffer = {5: Buffered(0, 0, 0.5, 0.5), 6: Buffered(3, 0, 0.25, 0.433), 7: Buffered(2, 0, 0.5, 0.5)}
+    # highest std first, ties to the more recent pilot
+    assert pc.choose_commits(np.random.default_rng(0), 2) == [7, 5]
+    assert pc.choose_commits(np.random.default_rng(0), 5) == [5, 6, 7]  # all, when no more are buffered
+
+    # at step 2 the commit takes 7 (std 0.5, newer than 5); then 5 (2 steps old) is dropped, 6 stays
+    pc.buffer = {5: Buffered(0, 0, 0.5, 0.5), 6: Buffered(1, 0, 0.5, 0.2), 7: Buffered(1, 0, 0.5, 0.6)}
+    pc.pilots = {p: scripted_pilot(p, step) for p, step in [(5, 0), (6, 1), (7, 1)]}
+    batch, stats = pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0), step=2))
+    assert batch.prompt == [7] and stats["commit_age_mean"] == 1.0
+    assert list(pc.buffer) == [6] and list(pc.pilots) == [6]
+
+
+def scripted_pilot(prompt: int, step: int) -> Groups:
+    return Groups(
+        [prompt],
+        [[prompt]],
+        [[[prompt, step, 0], [prompt, step, 1]]],
+        np.array([[1.0, 0.0]]),
+        np.array([[1.0, 0.0]]),
+        np.zeros((1, 2)),
+        [step],
+    )
+
+
+def test_pilot_commit_bad_settings_stop_with_one_line():
+    with pytest.raises(PodsBenchError) as error:
+        make_cfg("pilot_commit", n=8, pilot_rollouts=8)
+    assert str(error.value) == (
+        "config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = 7 "
+        "(pilot and commit rollouts make up the n of a group), got 8"
+    )
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    pc.evicted = set(range(NUM_PROMPTS))
+    with pytest.raises(PodsBenchError, match=r"^allocation.pilot_commit: all 12 training prompts are evicted"):
+        pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 1.0)))
+    # nothing ever enters the buffer: the round limit stops it
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3, max_rounds=4)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    with pytest.raises(PodsBenchError, match=r"^allocation.pilot_commit: 0 of the 2 groups .* after 4 rounds"):
+        pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0)))
+    with pytest.raises(PodsBenchError, match="pass window"):
+        make_cfg("pilot_commit", pass_low=0.9)
+
+
+# --- configuration -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["allocation.strategy=dapo"], "config key allocation.strategy: unknown strategy 'dapo'; choose from "),
+        (
+            ["allocation.strategy=greso", "selection.groups_per_prompt=2"],
+            "config key selection.groups_per_prompt: allocation strategy 'greso' samples one group per prompt",
+        ),
+        (
+            ["allocation.greso.p_min=0.9", "allocation.greso.p_max=0.5"],
+            "config key allocation.greso.p_min must be <= p_max",
+        ),
+        (
+            ["allocation.dynamic_sampling.max_rounds=-1"],
+            "config key allocation.dynamic_sampling.max_rounds must be >= 0",
+        ),
+        (["selection.scope=batch"], "config key selection.scope: 'batch' (CPPO's batch-level pruning) needs rule"),
+    ],
+)
+def test_bad_allocation_settings_are_one_line(overrides, message):
+    with pytest.raises(PodsBenchError) as error:
+        validate(config_from_dict({"budget": {"max_steps": 1}}, overrides))
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_every_strategy_is_registered_and_composes_with_every_rule():
+    assert set(ALLOCATION_STRATEGIES) == {"uniform", "dynamic_sampling", "greso", "pilot_commit"}
+    for strategy in ALLOCATION_STRATEGIES:
+        for rule, m in [("max_variance", 4), ("random", 4), ("max_abs_advantage", 4), ("all", 8)]:
+            cfg = config_from_dict(
+                {
+                    "selection": {"rule": rule, "n": 8, "m": m},
+                    "allocation": {"strategy": strategy},
+                    "budget": {"max_steps": 1},
+                }
+            )
+            validate(cfg)
+
+
+# --- CPPO ---------------------------------------------------------------------------------------------
+
+
+def cppo_cfg(scope: str, advantage_over: str):
+    return config_from_dict(
+        {
+            "selection": {
+                "rule": "max_abs_advantage",
+                "n": 4,
+                "m": 2,
+                "scope": scope,
+                "advantage_over": advantage_over,
+            },
+            "budget": {"max_steps": 1},
+        }
+    )
+
+
+def test_cppo_keeps_the_advantages_over_all_n_and_prunes_over_the_batch():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    groups = Groups(
+        [0, 1],
+        [[10], [11]],
+        [[[0], [1], [2], [3]], [[4], [5], [6], [7]]],
+        rewards.numpy(),
+        rewards.numpy(),
+        np.zeros((2, 4)),
+        [0, 0],
+    )
+    # over all n, unbiased std: group 0 mean 0.25, std 0.5 -> A = 1.5, -0.5, -0.5, -0.5;
+    # group 1 mean 0.5, std 0.577 -> A = +-0.866
+    kept = keep_rollouts(rewards, groups, cppo_cfg("group", "all"), torch.Generator())
+    assert [s.completion_ids for s in kept.sequences] == [[0], [1], [4], [5]]
+    assert kept.sequences[0].advantage == pytest.approx(0.75 / (0.5 + 1e-4))
+    assert kept.sequences[1].advantage == pytest.approx(-0.25 / (0.5 + 1e-4))  # not renormalised over the kept 2
+    # batch scope: the 4 largest |A| of the batch: 1.5 and group 1's four 0.866s -> 1.5 and the first three
+    kept = keep_rollouts(rewards, groups, cppo_cfg("batch", "all"), torch.Generator())
+    assert [s.completion_ids for s in kept.sequences] == [[0], [4], [5], [6]]
+    assert kept.rewards.tolist() == [1.0, 1.0, 1.0, 0.0]
+    # PODS-style: renormalised over the kept (the default)
+    kept = keep_rollouts(rewards, groups, cppo_cfg("group", "kept"), torch.Generator())
+    assert all(isinstance(s, KeptRollout) for s in kept.sequences)
+    assert kept.sequences[0].advantage == pytest.approx(0.5 / (0.7071 + 1e-4), rel=1e-3)
