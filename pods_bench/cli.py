@@ -76,6 +76,27 @@ def _train(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand("pass-rates", "per-prompt pass rates of a config's policy on its training prompts -> <out>/pass_rates.*")
+def _pass_rates(p: argparse.ArgumentParser):
+    p.add_argument("--config", help="a trainer config (e.g. results/smoke/configs/train.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--prompts", type=int, default=500, help="the first N training prompts")
+    p.add_argument("--rollouts", type=int, default=16, help="completions sampled per prompt")
+    p.add_argument("--out", required=True, help="folder for pass_rates.csv and pass_rates.md")
+
+    def handler(args):
+        from pods_bench.analysis import pass_rates
+        from pods_bench.config import load_config
+
+        if args.prompts < 1 or args.rollouts < 1:
+            raise PodsBenchError("--prompts and --rollouts must be >= 1")
+        counts = pass_rates.sample_pass_counts(load_config(args.config, args.set), args.prompts, args.rollouts)
+        pass_rates.write(counts, args.rollouts, args.out)
+        print(pass_rates.summary(counts, args.rollouts), end="")
+
+    p.set_defaults(_handler=handler)
+
+
 @subcommand("evaluate", "evaluate every checkpoint of a run that lacks an eval record")
 def _evaluate(p: argparse.ArgumentParser):
     p.add_argument("run_dir", help="a run folder (results/<experiment>/runs/<arm>/seed<k>)")

@@ -137,6 +137,12 @@ def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsy
     assert "| pods " in (summary / "speedups.md").read_text()
     assert "\\begin{tabular}" in (summary / "speedups.tex").read_text()
     assert sorted(p.name for p in summary.iterdir()) == sorted(SUMMARY_FILES)  # and no temporary files
+    # on the cost axis: GRPO generates 8 x 4 rollouts per 0.8 s step and reaches T after 50 steps (40 s),
+    # PODS 8 x 16 per 0.51 s step, after 39 steps (median of 39, 39, 40): 1,600 vs 4,992 rollouts
+    cost = pd.read_csv(summary / "cost.csv").set_index(["axis", "arm"])
+    assert cost.loc[("rollouts", "pods"), "speedup"] == pytest.approx(1600 / 4992)
+    assert cost.loc[("tokens", "pods"), "speedup"] == pytest.approx(1600 / 4992)  # 20 tokens per completion
+    assert cost.loc[("rollouts", "grpo"), "speedup"] == pytest.approx(1.0)
 
     assert main(["plot", str(experiment), "--out", str(figures)]) == 0
     for stem in ("accuracy", "length"):

@@ -62,6 +62,9 @@ EXPECTED_JOBS = {
     "rule_ablation": per_experiment(3 * 10),
     "h100x8": per_experiment(2 * 5, separate_eval=False),  # evaluated inline every 2 minutes
     "a100x8": per_experiment(2 * 5, separate_eval=False),
+    # allocation strategies (docs/allocation.md): 7 arms
+    "strategies": per_experiment(7 * 8, warm_start=True),
+    "strategies_gsm8k": per_experiment(7 * 5),
 }
 
 

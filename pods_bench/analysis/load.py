@@ -133,6 +133,10 @@ def _align_checkpoints(evals: pd.DataFrame, warnings: list[str]) -> pd.DataFrame
     k = evals.groupby(["arm", "seed", "benchmark", "metric"]).cumcount()
     same = evals.groupby([evals["arm"], evals["benchmark"], evals["metric"], k])["raw_time_s"]
     evals["time_s"] = same.transform("median")
+    for axis in ("rollouts", "tokens"):  # the same grid on the cost axes: median over seeds
+        evals[axis] = evals.groupby([evals["arm"], evals["benchmark"], evals["metric"], k])[f"raw_{axis}"].transform(
+            "median"
+        )
     # seeds whose k-th checkpoints lie far apart (one missed an evaluation) are compared wrongly
     spread = same.transform("max") - same.transform("min")
     for arm, rows in evals.assign(spread=spread).groupby("arm"):
@@ -173,6 +177,7 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
         raise PodsBenchError(f"{EVAL_LOG} is empty")
     steps = _read_jsonl_tolerating_torn_tail(log_path, warnings) if log_path.exists() else []
 
+    spent = _cumulative_cost(steps)
     evals = {}
     for i, r in enumerate(records, start=1):
         try:
@@ -184,6 +189,7 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
                 benchmark=str(r["benchmark"]),
                 n_problems=int(r["n_problems"]),
             )
+            base["raw_rollouts"], base["raw_tokens"] = spent.get(base["step"], (np.nan, np.nan))
         except (KeyError, TypeError, ValueError) as e:
             raise PodsBenchError(f"{eval_path}: line {i} lacks a valid {e}") from None
         for metric in (*ACCURACY_METRICS, LENGTH_METRIC):
@@ -209,6 +215,19 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
         arm=dict(arm=arm, n=int(n), m=int(m), rule=rule),
         hardware=hardware_label(run_json.get("hardware")),
     )
+
+
+def _cumulative_cost(steps: list[dict]) -> dict[int, tuple[float, float]]:
+    """step -> (completions, completion tokens) generated up to and including it (0 at step 0).
+    Logs written before `rollouts_generated` existed give P x G x n per step."""
+    out, rollouts, tokens = {0: (0.0, 0.0)}, 0.0, 0.0
+    for r in sorted(steps, key=lambda r: r["step"]):
+        generated = r.get("rollouts_generated")
+        if generated is None:
+            generated = r.get("prompts", 0) * r.get("groups_per_prompt", 1) * r.get("n", 0)
+        rollouts, tokens = rollouts + generated, tokens + r.get("generated_tokens", 0)
+        out[int(r["step"])] = (rollouts, tokens)
+    return out
 
 
 def _step_times(steps: list[dict], arm: str, seed: int) -> list[dict]:

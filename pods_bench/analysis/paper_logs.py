@@ -189,6 +189,7 @@ class _Group:
         evals = pd.DataFrame(self.rows)
         counts = {b: infer_sample_count(v) for b, v in self.raw_accuracies.items()}
         evals["n_problems"] = evals["benchmark"].map(counts).astype("Int64")
+        evals["rollouts"] = evals["tokens"] = float("nan")  # the published logs do not count them
         evals = evals[EVAL_COLUMNS].sort_values(["arm", "seed", "benchmark", "metric", "time_s"], ignore_index=True)
         arms = arm_table(self.arms)
         grpo = arms[arms["n"] == arms["m"]]["arm"]

@@ -66,11 +66,14 @@ class ArmCurves:
             return np.nanmean(v, axis=-2)
 
 
-def arm_curves(evals: pd.DataFrame, arm: str, benchmark: str, metric: str) -> ArmCurves:
+def arm_curves(evals: pd.DataFrame, arm: str, benchmark: str, metric: str, axis: str = "time_s") -> ArmCurves:
+    """The arm's values on the x-axis column `axis` (time_s; rollouts or tokens: tidy.AXES)."""
     rows = evals[(evals["arm"] == arm) & (evals["benchmark"] == benchmark) & (evals["metric"] == metric)]
     if rows.empty:
         raise PodsBenchError(f"arm {arm!r} has no {benchmark} {metric} evaluations")
-    table = rows.pivot_table(index="seed", columns="time_s", values="value", aggfunc="mean").sort_index(axis=1)
+    if rows[axis].isna().any():
+        raise PodsBenchError(f"arm {arm!r} has checkpoints without {axis} (a run whose train_log.jsonl is missing)")
+    table = rows.pivot_table(index="seed", columns=axis, values="value", aggfunc="mean").sort_index(axis=1)
     return ArmCurves(arm, table.columns.to_numpy(float), table.to_numpy(float))
 
 
@@ -246,13 +249,16 @@ def compare_arms(
     seed: int = 0,
     gain_fractions=GAIN_FRACTIONS,
     progress: bool = True,
+    axis: str = "time_s",
 ) -> pd.DataFrame:
     """One row per arm (the baseline first): the paper's speedup with its bootstrap CI and
     censoring, the interpolated and gain-fraction speedups, peak accuracy and mean accuracy over the
-    baseline's budget with CIs, seconds per step."""
+    baseline's budget with CIs, seconds per step. On another `axis` (rollouts, tokens) every "time"
+    is that quantity instead: the speedup is then the baseline's rollouts (tokens) to reach the
+    threshold over the arm's, Pilot-Commit's headline statistic."""
     if not 0 < q <= 1:
         raise PodsBenchError(f"--q must be in (0, 1], got {q}")
-    base = arm_curves(exp.evals, baseline, benchmark, metric)
+    base = arm_curves(exp.evals, baseline, benchmark, metric, axis)
     if not (base.times > 0).any():
         raise PodsBenchError(f"{exp.name}: baseline {baseline!r} has no checkpoint after the start")
     gains = [f"gain{round(f * 100)}" for f in gain_fractions]
@@ -280,7 +286,7 @@ def compare_arms(
     rows = []
     arms = [baseline] + [a for a in exp.arm_names if a != baseline]
     for name in tqdm(arms, desc=f"{exp.name}: bootstrap", unit="arm", disable=None if progress else True):
-        arm = base if name == baseline else arm_curves(exp.evals, name, benchmark, metric)
+        arm = base if name == baseline else arm_curves(exp.evals, name, benchmark, metric, axis)
         row = _point_row(c, name, arm)
         row.update(_intervals(c, name, arm))
         seconds = totals.get_group(name) if name in totals.groups else pd.Series(dtype=float)

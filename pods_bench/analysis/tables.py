@@ -7,6 +7,10 @@
                  sqrt(p (1 - p) / (n_problems x repeats)), for the accuracy metrics
 - step_times.csv seconds per training step per arm, seed and phase
 - speedups.md / speedups.tex  the speedup table for reading and for the paper
+- cost.csv       the speedups.csv statistics on the cost axes (axis = rollouts, tokens): every "time"
+                 column is then completions (tokens) generated, so `speedup` is the baseline's
+                 rollouts to reach the threshold over the arm's; empty (header only) for the
+                 published logs, which do not count them
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pods_bench.analysis.tidy import ACCURACY_METRICS, Experiment
 from pods_bench.io import atomic_write_text, atomic_write_with
 
 # what `aggregate` writes to <out>/<experiment>/summary/ (the outputs a workflow rule declares)
-SUMMARY_FILES = ("speedups.csv", "curves.csv", "step_times.csv", "speedups.md", "speedups.tex")
+SUMMARY_FILES = ("speedups.csv", "curves.csv", "step_times.csv", "speedups.md", "speedups.tex", "cost.csv")
 UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
 UNIT_WORDS = {"s": "seconds", "min": "minutes", "h": "hours"}
 
@@ -47,6 +51,7 @@ class Summary:
     options: AnalysisOptions
     speedups: pd.DataFrame
     curves: pd.DataFrame
+    cost: pd.DataFrame  # speedups' columns on the cost axes, with `axis` first (empty without them)
 
     @property
     def time_unit(self) -> str:
@@ -65,7 +70,33 @@ def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), pro
         seed=options.seed,
         progress=progress,
     )
-    return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp))
+    return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp), cost_table(exp, options))
+
+
+def cost_table(exp: Experiment, options: AnalysisOptions, progress: bool = False) -> pd.DataFrame:
+    """compare_arms on the rollouts and tokens axes, one block of rows per axis; no rows for an
+    experiment whose checkpoints lack them (the published logs)."""
+    baseline, benchmark, metric = exp.resolve(options.baseline, options.benchmark, options.metric)
+    blocks = []
+    for axis in ("rollouts", "tokens"):
+        if exp.evals[axis].isna().any():
+            continue
+        block = compare_arms(
+            exp,
+            baseline,
+            benchmark,
+            metric,
+            q=options.q,
+            n_bootstrap=options.n_bootstrap,
+            seed=options.seed,
+            progress=progress,
+            axis=axis,
+        )
+        blocks.append(block.assign(axis=axis))
+    if not blocks:
+        return pd.DataFrame(columns=["axis"])
+    cost = pd.concat(blocks, ignore_index=True)
+    return cost[["axis"] + [c for c in cost.columns if c != "axis"]]
 
 
 def curve_table(exp: Experiment) -> pd.DataFrame:
@@ -100,6 +131,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
         "speedups.csv": summary.speedups,
         "curves.csv": summary.curves,
         "step_times.csv": summary.experiment.step_times,
+        "cost.csv": summary.cost,
     }
     paths = []
     for name, table in tables.items():

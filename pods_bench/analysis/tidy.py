@@ -12,6 +12,9 @@ the same hardware, each with one or more seeds. Its evaluations form a tidy tabl
   which the curves of all seeds of an arm are compared (see the loaders for how each source gets
   there); `raw_time_s` is the time the checkpoint was actually taken.
 - metrics: `answer_acc` (answer correct), `format_acc` (format correct), `both_acc`, `mean_length`.
+- `rollouts`, `tokens`: completions and completion tokens generated up to the checkpoint (pilots,
+  refill rounds and dropped groups included), on the arm's common grid like `time_s`: the cost axes
+  on which allocation strategies are compared (NaN for the published logs).
 
 Seconds per training step are a second table, one row per (arm, seed, phase); phase `total` is
 always present, own runs add generation / rewards / selection / update / sync / other.
@@ -39,7 +42,12 @@ EVAL_COLUMNS = [
     "value",
     "n_repeats",
     "n_problems",
+    "rollouts",
+    "tokens",
 ]
+# x-axes an arm's curve can be read on: the training clock, and what the run generated up to the
+# checkpoint (cumulative rollouts and completion tokens; own runs only, NaN for the published logs)
+AXES = {"time": "time_s", "rollouts": "rollouts", "tokens": "tokens"}
 STEP_TIME_COLUMNS = ["experiment", "arm", "seed", "phase", "seconds_per_step"]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
 ACCURACY_METRICS = ("answer_acc", "format_acc", "both_acc")

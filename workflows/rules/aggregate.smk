@@ -33,6 +33,12 @@ rule aggregate:
             category="Tables",
             labels={"table": "seconds per step"},
         ),
+        report(
+            f"{SUMMARY_DIR}/cost.csv",
+            caption="../report/cost.rst",
+            category="Tables",
+            labels={"table": "rollouts and tokens to the threshold"},
+        ),
     params:
         options=experiment_settings.analysis_options(config["analysis"], "aggregate"),
     log:
