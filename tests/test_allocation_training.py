@@ -81,3 +81,24 @@ def test_a_resumed_run_continues_the_strategy_state_exactly(tmp_path, smoke_mode
     assert state(resumed, 3) != state(resumed, 9)  # the state moved on after the resume (not trivially equal)
     sha = lambda d: json.loads((d / "checkpoints/step-000009/state.json").read_text())["params_sha256"]
     assert sha(resumed) == sha(straight)
+
+
+def test_pass_rates_counts_correct_rollouts_per_training_prompt(tmp_path, smoke_model_dir, capsys):
+    from pods_bench.cli import main
+
+    config = tmp_path / "train.yaml"
+    cfg = tiny_run(
+        tmp_path / "unused", model={"name": str(smoke_model_dir)}, task={"name": "arith", "system_prompt": ""}
+    )
+    config.write_text(json.dumps(cfg))  # JSON is YAML
+    out = tmp_path / "rates"
+    assert main(["pass-rates", "--config", str(config), "--prompts", "10", "--rollouts", "6", "--out", str(out)]) == 0
+    import pandas as pd
+
+    counts = pd.read_csv(out / "pass_rates.csv")
+    assert list(counts["prompt"]) == list(range(10)) and counts["correct"].between(0, 6).all()
+    assert counts["correct"].sum() > 0  # the warm start solves some
+    text = (out / "pass_rates.md").read_text()
+    assert text.startswith("10 training prompts, n = 6 rollouts each") and "| all wrong (0 / n)" in text
+    assert text == capsys.readouterr().out
+    assert main(["pass-rates", "--config", str(config), "--prompts", "0", "--out", str(out)]) == 2

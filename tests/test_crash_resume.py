@@ -155,3 +155,63 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
     assert names(killed) == names(straight)  # no temporary checkpoint folders left
     # no temporary files left (the lock files stay: the kernel released their locks with the process)
     assert not [p.name for p in killed.iterdir() if p.name.startswith(".") and p.suffix != ".lock"]
+
+
+# --- the allocation strategies' per-prompt state -------------------------------------------------
+
+STRATEGY_KILLS = ["gen:2:80", "checkpoint:2:0", "update:3:50"]  # hits count within each attempt
+STRATEGY_SETTINGS = {
+    "pilot_commit": {"pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}},
+    "greso": {"greso": {"prompts_per_round": 6}},
+}
+
+
+@pytest.mark.parametrize("strategy", ["pilot_commit", "greso"])
+def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_model_dir, strategy):
+    """A stateful strategy (Pilot-Commit's buffer of pilot rollouts and evicted prompts, GRESO's
+    streaks and keep probabilities) killed 3 times: the resumed run's log, final state and weights
+    equal a straight run's. The warm-started model, so that groups are mixed and the state fills."""
+    paths = {}
+    for name in ("straight", "killed"):
+        cfg = tiny_run(
+            tmp_path / name,
+            data_dir=str(data_dir),
+            model={"name": str(smoke_model_dir)},
+            task={"name": "arith", "system_prompt": "", "limit": 24},
+            sampling={"temperature": 1.0, "max_new_tokens": 24},
+            selection={"rule": "max_variance", "n": 8, "m": 4},
+            allocation={"strategy": strategy, **STRATEGY_SETTINGS[strategy]},
+            optim={"lr": 1e-4, "micro_batch_size": 32},
+            budget={"max_steps": 10, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
+            eval={"inline": False},
+            reward={"workers": 1, "timeout_s": 10},
+        )
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(yaml.safe_dump(cfg))
+
+    proc = start_training(paths["straight"])
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    for spec in STRATEGY_KILLS:
+        proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
+        _, err = proc.communicate(timeout=900)
+        assert proc.returncode == -signal.SIGKILL, (
+            f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
+        )
+    proc = start_training(paths["killed"])
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+
+    import torch
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert without_timings(read_lines(killed / "train_log.jsonl")) == without_timings(
+        read_lines(straight / "train_log.jsonl")
+    )
+    info = json.loads((killed / "run.json").read_text())
+    assert len(info["resumed"]) == len(STRATEGY_KILLS)
+    final = "checkpoints/step-000010"
+    state = lambda run: torch.load(run / final / "rank-0.pt", weights_only=False)["allocation"]
+    assert state(killed) == state(straight) and state(straight)  # a non-empty state, restored exactly
+    sha = lambda run: json.loads((run / final / "state.json").read_text())["params_sha256"]
+    assert sha(killed) == sha(straight)
