@@ -100,8 +100,8 @@ def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds()
     with pytest.raises(PodsBenchError) as error:
         make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
     assert str(error.value) == (
-        "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after 2 rounds (every other group's "
-        "rewards were all equal); raise allocation.dynamic_sampling.max_rounds (0: no limit) or set "
+        "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after 2 rounds (every other group was "
+        "all correct or all wrong); raise allocation.dynamic_sampling.max_rounds (0: no limit) or set "
         "allocation.dynamic_sampling.when_short=train"
     )
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, when_short="train")

@@ -6,6 +6,9 @@ run, per-prompt state included (Pilot-Commit's buffer and evicted set, GRESO's s
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -102,3 +105,28 @@ def test_pass_rates_counts_correct_rollouts_per_training_prompt(tmp_path, smoke_
     assert text.startswith("10 training prompts, n = 6 rollouts each") and "| all wrong (0 / n)" in text
     assert text == capsys.readouterr().out
     assert main(["pass-rates", "--config", str(config), "--prompts", "0", "--out", str(out)]) == 2
+
+
+def test_a_step_that_cannot_fill_its_batch_stops_the_run_with_one_line(tmp_path):
+    """A randomly initialised model answers (almost) nothing: nearly every group is all wrong, so
+    dynamic sampling cannot fill the batch; after max_rounds the run stops, marked stopped, resumable."""
+    config = tmp_path / "train.yaml"
+    cfg = tiny_run(
+        tmp_path / "run", allocation={"strategy": "dynamic_sampling", "dynamic_sampling": {"max_rounds": 2}}
+    )
+    config.write_text(json.dumps(cfg))
+    done = subprocess.run(
+        [sys.executable, "-m", "pods_bench", "train", "--config", str(config), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert re.fullmatch(
+        r"pods-bench: error: allocation\.dynamic_sampling: [0-3] of the 4 groups a step trains on after 2 rounds "
+        r"\(every other group was all correct or all wrong\); raise allocation\.dynamic_sampling\.max_rounds "
+        r"\(0: no limit\) or set allocation\.dynamic_sampling\.when_short=train",
+        line,
+    ), line
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "stopped"

@@ -259,6 +259,22 @@ CASES = [
         NO_RUN,
     ),
     Case(
+        "unknown allocation strategy",
+        train_config(),
+        TRAIN + " --set allocation.strategy=dapo",
+        "pods-bench: error: config key allocation.strategy: unknown strategy 'dapo'; "
+        "choose from uniform, dynamic_sampling, greso, pilot_commit",
+        NO_RUN,
+    ),
+    Case(
+        "Pilot-Commit: pilot rollouts >= n",
+        train_config(),
+        TRAIN + " --set allocation.strategy=pilot_commit --set allocation.pilot_commit.pilot_rollouts=4",
+        "pods-bench: error: config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = 3 "
+        "(pilot and commit rollouts make up the n of a group), got 4",
+        NO_RUN,
+    ),
+    Case(
         "unknown selection rule",
         train_config(),
         TRAIN + " --set selection.rule=best_of",

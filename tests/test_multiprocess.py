@@ -137,3 +137,41 @@ def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path):
         )
     final = lambda run: json.loads((run / "checkpoints/step-000006/state.json").read_text())["params_sha256"]
     assert final(runs["killed"]) == final(runs["straight"])
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_allocation_state(tmp_path, smoke_model_dir):
+    """Pilot-Commit on two processes: every prompt decision is made from all-gathered outcomes, so the
+    buffer's metadata, the evicted set and the log are one; each process holds the pilot rollouts it
+    sampled and commits them itself. The warm-started model, so that pilots pass the window."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "train.yaml"
+    cfg = tiny_run(
+        run_dir,
+        model={"name": str(smoke_model_dir)},
+        task={"name": "arith", "system_prompt": "", "limit": 24},
+        sampling={"temperature": 1.0, "max_new_tokens": 24},
+        selection={"rule": "max_variance", "n": 8, "m": 4},
+        allocation={"strategy": "pilot_commit", "pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}},
+        optim={"lr": 1e-4, "micro_batch_size": 32},
+        budget={"max_steps": 4},
+        eval={"inline": False},
+    )
+    config.write_text(yaml.safe_dump(cfg))
+    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    steps = read_lines(run_dir / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert all(
+        r["groups_trained"] == 4 and r["rollouts_pilot"] + r["rollouts_commit"] == r["rollouts_generated"]
+        for r in steps
+    )
+    folder = run_dir / "checkpoints" / "step-000004"
+    ranks = [torch.load(folder / f"rank-{r}.pt", weights_only=False) for r in (0, 1)]
+    states = [r["allocation"] for r in ranks]
+    assert states[0]["buffer"] == states[1]["buffer"] and states[0]["evicted"] == states[1]["evicted"]
+    for rank, state in enumerate(states):  # each holds exactly the pilots of the buffered prompts it owns
+        owned = sorted(p for p, _, owner, _, _ in state["buffer"] if owner == rank)
+        assert sorted(state["pilots"]) == owned
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]

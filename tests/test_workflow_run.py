@@ -119,3 +119,36 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     html = (exp / "report.html").read_text()
     for item in [*figures, "speedups.md", "curves.csv", "step_times.csv", "manifest.yaml"]:
         assert item in html, item
+
+
+# The allocation-strategy benchmark with one seed, a short warm start and two steps per run.
+SHORT_STRATEGIES = {
+    "seeds": [0],
+    "warm_start": {"name": "arith-tiny-test", "steps": 60},
+    "train": {
+        "budget": {"max_train_time_s": None, "max_steps": 2, "checkpoint_every_s": 3600},
+        "eval": {"n_problems": 10},
+        "allocation": {"dynamic_sampling": {"when_short": "train"}, "pilot_commit": {"when_short": "train"}},
+    },
+    "resources": {"train": {"runtime_min": 10}},
+}
+
+
+def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
+    configs = [
+        "--configfile",
+        str(CONFIG_DIR / "strategies.yaml"),
+        write_yaml(tmp_path / "short.yaml", SHORT_STRATEGIES),
+    ]
+    out = snakemake(tmp_path, "--cores", "2", *configs, env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=1200)
+    check_success(out, "strategies")
+
+    exp = tmp_path / "results" / "strategies"
+    arms = yaml.safe_load((CONFIG_DIR / "strategies.yaml").read_text())["arms"]
+    for arm, spec in arms.items():
+        steps = read_jsonl(exp / "runs" / arm / "seed0" / "train_log.jsonl")
+        strategy = spec.get("set", {}).get("allocation.strategy", "uniform")
+        assert [r["step"] for r in steps] == [1, 2] and {r["allocation"] for r in steps} == {strategy}, arm
+    cost = pd.read_csv(exp / "summary" / "cost.csv")
+    assert set(cost["axis"]) == {"rollouts", "tokens"} and set(cost["arm"]) == set(arms)
+    assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == set(arms)

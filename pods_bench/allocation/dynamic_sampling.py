@@ -70,7 +70,11 @@ class DynamicSampling(AllocationStrategy):
             stats["groups_dropped"] += len(everyone) - len(kept)
             if have >= want:
                 break
-            why = "every other group's rewards were all equal"
+            why = (
+                "every other group's rewards were all equal"
+                if self.settings.metric == "reward"
+                else "every other group was all correct or all wrong"
+            )
             check_not_exhausted(self.settings, self.name, drawn, self.num_prompts, have, want, why)
             if not short_batch(self.name, self.settings, have, want, stats["rounds"], why):
                 break
