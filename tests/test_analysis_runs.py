@@ -145,7 +145,7 @@ def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsy
     assert cost.loc[("rollouts", "grpo"), "speedup"] == pytest.approx(1.0)
 
     assert main(["plot", str(experiment), "--out", str(figures)]) == 0
-    for stem in ("accuracy", "length"):
+    for stem in ("accuracy", "length", "accuracy-rollouts"):
         assert (figures / "smoke-equal-rollouts" / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
         assert (figures / "smoke-equal-rollouts" / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
 

@@ -6,6 +6,9 @@
 - accuracy-<family>.{png,pdf}: the same for each group of arms that varies one thing (n-scaling,
   m-scaling, selection rule) when the experiment holds more arms than that group.
 - length.{png,pdf}: mean completion length vs training time.
+- accuracy-rollouts.{png,pdf}: test accuracy vs rollouts generated (pilots, refill rounds and dropped
+  groups included), with the threshold and each arm's rollout speedup (own runs only: the published
+  logs do not count rollouts).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ def plot_experiment(summary: Summary, out_root: str | Path) -> list[Path]:
             paths += _save(accuracy_figure(summary, arms, colors, title=family), folder / f"accuracy-{family}")
         if not _curves(summary, LENGTH_METRIC).empty:
             paths += _save(length_figure(summary, colors), folder / "length")
+        if (summary.cost["axis"] == "rollouts").any():
+            paths += _save(cost_figure(summary, colors, "rollouts"), folder / "accuracy-rollouts")
     return paths
 
 
@@ -160,6 +165,31 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
         ax.set_title(f"{exp.name}: {title}", loc="left", fontsize=11)
 
     _draw_step_times(ax_bars, summary, arms, colors)
+    handles, texts = ax.get_legend_handles_labels()
+    fig.legend(handles, texts, loc="outside lower center", ncols=2, fontsize=9, frameon=False)
+    return fig
+
+
+def cost_figure(summary: Summary, colors: dict, axis: str = "rollouts"):
+    """Accuracy vs what was generated up to each checkpoint (`axis`: rollouts or tokens)."""
+    exp = summary.experiment
+    x_of = exp.evals[["arm", "time_s", axis]].drop_duplicates(["arm", "time_s"])
+    curves = _curves(summary, summary.metric).merge(x_of, on=["arm", "time_s"])
+    cost = summary.cost[summary.cost["axis"] == axis].set_index("arm")
+    fig, ax = plt.subplots(figsize=(8, 4.2 + 0.22 * -(-len(exp.arm_names) // 2)), layout="constrained")
+    for arm in exp.arm_names:
+        c, r = curves[curves["arm"] == arm].sort_values(axis), cost.loc[arm]
+        label = f"{arm} (baseline)" if r["is_baseline"] else f"{arm}: {format_speedup(r, with_ci=False)}"
+        ax.plot(c[axis], c["mean"] * 100, marker="o", markersize=3.5, lw=1.6, color=colors[arm], label=label)
+        ax.fill_between(c[axis], c["ci_low"] * 100, c["ci_high"] * 100, color=colors[arm], alpha=0.18, lw=0)
+    threshold = cost.loc[summary.baseline, "threshold"] * 100
+    ax.axhline(threshold, ls="--", lw=1, color="0.3", label=f"T = {summary.options.q:g} × {summary.baseline} peak")
+    ax.set_xlim(left=0)
+    ax.set_xlabel(f"{axis.capitalize()} generated (pilots, refill rounds and dropped groups included)")
+    ax.set_ylabel(
+        f"{BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} "
+        f"{METRIC_NAMES.get(summary.metric, summary.metric)} (%)"
+    )
     handles, texts = ax.get_legend_handles_labels()
     fig.legend(handles, texts, loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     return fig
