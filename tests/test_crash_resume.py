@@ -166,11 +166,11 @@ STRATEGY_SETTINGS = {
 }
 
 
-@pytest.mark.parametrize("strategy", ["pilot_commit", "greso"])
+@pytest.mark.parametrize("strategy", ["pilot_commit"])  # the most state; greso: test_allocation_training.py
 def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_model_dir, strategy):
-    """A stateful strategy (Pilot-Commit's buffer of pilot rollouts and evicted prompts, GRESO's
-    streaks and keep probabilities) killed 3 times: the resumed run's log, final state and weights
-    equal a straight run's. The warm-started model, so that groups are mixed and the state fills."""
+    """A stateful strategy (Pilot-Commit's buffer of pilot rollouts, its evicted prompts) killed 3
+    times: the resumed run's log, final state and weights equal a straight run's. The warm-started
+    model, so that groups are mixed and the state fills."""
     paths = {}
     for name in ("straight", "killed"):
         cfg = tiny_run(
