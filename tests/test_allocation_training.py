@@ -59,7 +59,7 @@ def test_every_strategy_trains_and_logs_what_it_spent(tmp_path, smoke_model_dir,
         assert sum(r["prompts_skipped"] for r in steps) > 0  # streaks from the first epoch skip prompts later
     if strategy == "pilot_commit":
         assert all(r["rollouts_pilot"] + r["rollouts_commit"] == r["rollouts_generated"] for r in steps)
-        assert sum(r["prompts_buffered"] for r in steps) >= 4 * 8
+        assert sum(r["prompts_buffered"] for r in steps) >= 4 * len(steps)  # every committed prompt was buffered
         assert sum(r["commit_age_mean"] or 0 for r in steps) > 0  # pilots from earlier steps were committed
 
 
