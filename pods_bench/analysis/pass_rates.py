@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pods_bench.io import atomic_write_text
+from pods_bench.io import atomic_write_text, atomic_write_with
 
 
 def sample_pass_counts(cfg, prompts: int, rollouts: int, batch: int = 16, progress: bool = True) -> pd.DataFrame:
@@ -78,6 +78,6 @@ def write(counts: pd.DataFrame, rollouts: int, out: str | Path) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     csv, md = out / "pass_rates.csv", out / "pass_rates.md"
-    atomic_write_text(csv, counts.to_csv(index=False))
+    atomic_write_with(csv, lambda path: counts.to_csv(path, index=False))
     atomic_write_text(md, summary(counts, rollouts))
     return [csv, md]
