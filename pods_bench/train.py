@@ -533,6 +533,15 @@ def open_run_folder(cfg: TrainConfig, resume_from: Path | None, step: int, lock:
     run_dir.mkdir(parents=True, exist_ok=True)
     busy = f"{run_dir} is being trained by another process (it holds {TRAIN_LOCK}); stop it first"
     lock.enter_context(locked(run_dir / TRAIN_LOCK, busy=busy))
+    # the resume point was chosen before the lock: a trainer that held it meanwhile may have
+    # written a newer checkpoint (an orphan of a killed job finishing its run)
+    latest = ckpt.latest_checkpoint(run_dir)
+    if latest != resume_from:
+        raise PodsBenchError(
+            f"{run_dir} changed while this trainer started (another process wrote "
+            f"{latest.name if latest else 'or removed its checkpoints'}); "
+            "rerun the same command to resume from it"
+        )
     ckpt.remove_incomplete(run_dir)
     remove_temporaries(run_dir)
 

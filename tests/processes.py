@@ -95,8 +95,28 @@ def still_running_after(find: Callable[[], list], timeout_s: float) -> list:
 
 def kill_tree(proc: subprocess.Popen, timeout_s: float = 20.0) -> tuple[list[psutil.Process], list[psutil.Process]]:
     """SIGKILL `proc` and all its descendants at once, as a node failure or a scheduler's cgroup kill
-    does. Returns (the processes killed, those still alive `timeout_s` later)."""
-    tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    does. Returns (the processes killed, those still alive `timeout_s` later).
+
+    The tree is frozen first (SIGSTOP, again for every process found since, until no new one
+    appears): a job's shell listed and killed a moment after it started its trainer would otherwise
+    leave that trainer running, orphaned, beside the rerun (seen under load). A stopped process
+    cannot start another."""
+    root, stopped = psutil.Process(proc.pid), {}
+    while True:
+        try:
+            found = [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            found = []
+        new = [p for p in found if p.pid not in stopped]
+        if not new:
+            break
+        for p in new:
+            stopped[p.pid] = p
+            try:
+                p.send_signal(signal.SIGSTOP)
+            except psutil.NoSuchProcess:
+                pass
+    tree = list(stopped.values())
     for p in tree:
         try:
             p.send_signal(signal.SIGKILL)
