@@ -111,7 +111,9 @@ def wait_until(condition, proc: subprocess.Popen, timeout_s: float = 600):
     deadline = time.monotonic() + timeout_s
     while not (found := condition()):
         assert proc.poll() is None, "the workflow ended before it could be killed"
-        assert time.monotonic() < deadline
+        if time.monotonic() >= deadline:
+            kill_tree(proc)  # a failed wait leaves no workflow running behind it
+            raise AssertionError(f"waited {timeout_s} s for the workflow to get there")
         time.sleep(0.05)
     return found
 
