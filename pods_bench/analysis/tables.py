@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -60,39 +61,22 @@ class Summary:
 
 def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), progress: bool = True) -> Summary:
     baseline, benchmark, metric = exp.resolve(options.baseline, options.benchmark, options.metric)
-    speedups = compare_arms(
-        exp,
-        baseline,
-        benchmark,
-        metric,
-        q=options.q,
-        n_bootstrap=options.n_bootstrap,
-        seed=options.seed,
-        progress=progress,
+    compare = partial(
+        compare_arms, exp, baseline, benchmark, metric, q=options.q, n_bootstrap=options.n_bootstrap, seed=options.seed
     )
-    return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp), cost_table(exp, options))
+    speedups = compare(progress=progress)
+    return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp), cost_table(exp, compare))
 
 
-def cost_table(exp: Experiment, options: AnalysisOptions, progress: bool = False) -> pd.DataFrame:
-    """compare_arms on the rollouts and tokens axes, one block of rows per axis; no rows for an
-    experiment whose checkpoints lack them (the published logs)."""
-    baseline, benchmark, metric = exp.resolve(options.baseline, options.benchmark, options.metric)
-    blocks = []
-    for axis in ("rollouts", "tokens"):
-        if exp.evals[axis].isna().any():
-            continue
-        block = compare_arms(
-            exp,
-            baseline,
-            benchmark,
-            metric,
-            q=options.q,
-            n_bootstrap=options.n_bootstrap,
-            seed=options.seed,
-            progress=progress,
-            axis=axis,
-        )
-        blocks.append(block.assign(axis=axis))
+def cost_table(exp: Experiment, compare) -> pd.DataFrame:
+    """`compare` (compare_arms with the summary's arms and options) on the rollouts and tokens axes,
+    one block of rows per axis; no rows for an experiment whose checkpoints lack them (the published
+    logs)."""
+    blocks = [
+        compare(progress=False, axis=axis).assign(axis=axis)
+        for axis in ("rollouts", "tokens")
+        if not exp.evals[axis].isna().any()
+    ]
     if not blocks:
         return pd.DataFrame(columns=["axis"])
     cost = pd.concat(blocks, ignore_index=True)
