@@ -164,6 +164,16 @@ class RolloutSampler:
         p.cursor += count
         return prompts
 
+    def draw_where(self, count: int, keep) -> tuple[list[int], int]:
+        """(the next `count` prompts of the stream for which `keep(prompt)` holds, prompts drawn in
+        all): drawn prompts that fail `keep` are consumed; at most one pass over the training prompts."""
+        kept, drawn = [], 0
+        while len(kept) < count and drawn < self.num_prompts:
+            chunk = self.draw(min(count - len(kept), self.num_prompts - drawn))
+            drawn += len(chunk)
+            kept += [prompt for prompt in chunk if keep(prompt)]
+        return kept, drawn
+
     def rng(self, *tag: int) -> np.random.Generator:
         """Random numbers for the strategy's decisions: derived from (seed, step, tag), so the same on
         every process and when a resumed run replays the step."""

@@ -73,13 +73,12 @@ class Greso(DynamicSampling):
         """Draw prompts, skipping each with probability 1 - keep_probability, until `count` are kept
         or a whole pass over the training prompts has been drawn."""
         rng = sampler.rng(round_index)
-        kept, drawn = [], 0
-        while len(kept) < count and drawn < self.num_prompts:
-            for prompt in sampler.draw(min(count - len(kept), self.num_prompts - drawn)):
-                drawn += 1
-                keep = self.keep_probability(prompt)
-                if keep >= 1 or rng.random() < keep:
-                    kept.append(prompt)
+
+        def keep(prompt: int) -> bool:
+            p = self.keep_probability(prompt)
+            return p >= 1 or rng.random() < p
+
+        kept, drawn = sampler.draw_where(count, keep)
         self._skipped += drawn - len(kept)
         return kept, drawn
 

@@ -76,12 +76,7 @@ class PilotCommit(AllocationStrategy):
                 f"allocation.pilot_commit: all {self.num_prompts} training prompts are evicted as solved (pilot "
                 f"pass rate >= solve_threshold={self.settings.solve_threshold}); raise it, or null: no eviction"
             )
-        out, drawn = [], 0
-        while len(out) < count and drawn < self.num_prompts:
-            chunk = sampler.draw(min(count - len(out), self.num_prompts - drawn))
-            drawn += len(chunk)
-            out += [p for p in chunk if p not in self.evicted]
-        return out, drawn
+        return sampler.draw_where(count, lambda p: p not in self.evicted)
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
         c, want = self.settings, self.cfg.prompts_per_step
