@@ -181,6 +181,39 @@ def _pretrain(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand("plan", "memory per device and step time of every arm of an experiment config, on any hardware setup")
+def _plan(p: argparse.ArgumentParser):
+    p.add_argument("config", help="an experiment config (config/<experiment>.yaml)")
+    p.add_argument("--hardware", help="a setup of config/hardware.yaml (default: the config's own)")
+    p.add_argument(
+        "--model", help="a step-time model written by `pods-bench profile` (default: the hardware profile's)"
+    )
+    p.add_argument("--out", help="also write the plan as CSV here")
+
+    def handler(args):
+        from pods_bench.planning.plan import cli
+
+        return cli(args)
+
+    p.set_defaults(_handler=handler)
+
+
+@subcommand("profile", "a few interleaved steps of every arm on this machine, fitted into a step-time model")
+def _profile(p: argparse.ArgumentParser):
+    p.add_argument("config", help="an experiment config (config/<experiment>.yaml)")
+    p.add_argument("--out", required=True, help="folder for the runs, step_time_model.json and validation.*")
+    p.add_argument("--fit", help="comma-separated arms to fit on (default: all); the others are predicted")
+    p.add_argument("--steps", type=int, default=12, help="timed steps per arm (default 12)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the steps are split into (default 3)")
+
+    def handler(args):
+        from pods_bench.planning.profile import cli
+
+        return cli(args)
+
+    p.set_defaults(_handler=handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pods-bench",

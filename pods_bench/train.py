@@ -265,6 +265,8 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
     )
     n_micro = int(all_reduce({"micro": len(micro)}, accelerator, op="max")["micro"])
     stats = {"loss": 0.0, "grad_norm": 0.0, "kl_sum": 0.0, "clipped": 0.0, "lr": scheduler.get_last_lr()[0]}
+    # the work of one pass (what the step-time model of pods_bench/planning/ fits): padded rows x width
+    stats["micro_batches"], stats["update_tokens"] = len(micro), sum(b["input_ids"].numel() for b in micro)
     if counts["seqs"] == 0:  # every prompt filtered out on every process: nothing to learn from
         return stats
     divide_by = normaliser(cfg.loss.aggregation, counts["seqs"], counts["tokens"], counts["micro"]) / world
@@ -414,13 +416,15 @@ def step_sums(batch, kept: Kept, sampled: dict, update: dict) -> dict[str, float
         "kept_sq": float((kept.rewards**2).sum()),
         "zero_variance": float((~kept.informative).sum()),
         "groups_kept": kept.groups,
-        **sampled,  # rollouts_generated, generated_tokens, reward_failures
+        **sampled,  # rollouts_generated, generated_tokens, decode_steps, reward_failures
         "trained_tokens": sum(len(s.completion_ids) for s in kept.sequences),
         "correct": float(batch.correct.sum()),
         "format": float(batch.format.sum()),
         "loss": update["loss"],
         "kl_sum": update["kl_sum"],
         "clipped": update["clipped"],
+        "micro_batches": update["micro_batches"],
+        "update_tokens": update["update_tokens"],
     }
 
 
@@ -469,6 +473,11 @@ def step_record(
         "allocation": cfg.allocation.strategy,
         "groups_trained": int(sums["groups"]),
         "rollouts_generated": int(sums["rollouts_generated"]),
+        # the work behind the phase times (summed over processes): the step-time model's features
+        "decode_steps": int(sums["decode_steps"]),
+        "decode_sequence_steps": int(sums["decode_sequence_steps"]),
+        "micro_batches": int(sums["micro_batches"]),
+        "update_tokens": int(sums["update_tokens"]),
         **allocation,  # rounds, groups_sampled and the strategy's own counters (docs/results-format.md)
     }
 

@@ -65,11 +65,13 @@ EXPECTED_JOBS = {
     # allocation strategies (docs/allocation.md): 7 arms
     "strategies": per_experiment(7 * 8, warm_start=True),
     "strategies_gsm8k": per_experiment(7 * 5),
+    # the step-time model's validation arms (docs/cost-model.md; run by `pods-bench profile`)
+    "cost_model": per_experiment(6 * 1, warm_start=True),
 }
 
 
 def test_every_experiment_config_is_covered():
-    experiments = {p.stem for p in CONFIG_DIR.glob("*.yaml")} - {"hardware"}
+    experiments = {p.stem for p in CONFIG_DIR.glob("*.yaml")} - {"hardware", "models"}
     assert experiments == set(EXPECTED_JOBS)
 
 

@@ -146,7 +146,13 @@ class RolloutSampler:
         self.rank, self.world = run.accelerator.process_index, run.accelerator.num_processes
         self.calls = 0
         # this process's sampling work in the step (summed over processes in the log)
-        self.counts = {"rollouts_generated": 0, "generated_tokens": 0, "reward_failures": 0}
+        self.counts = {
+            "rollouts_generated": 0,
+            "generated_tokens": 0,
+            "decode_steps": 0,
+            "decode_sequence_steps": 0,
+            "reward_failures": 0,
+        }
 
     @property
     def num_prompts(self) -> int:
@@ -226,6 +232,8 @@ class RolloutSampler:
             )
             self.counts["rollouts_generated"] += len(groups) * k
             self.counts["generated_tokens"] += rollouts.generated_tokens
+            self.counts["decode_steps"] += rollouts.decode_steps
+            self.counts["decode_sequence_steps"] += rollouts.decode_sequence_steps
             self.counts["reward_failures"] += graded.n_timeouts + graded.n_errors
         with timed(self.times, "reward", run.accelerator.device):
             everyone = self.gather(

@@ -60,7 +60,19 @@ class Rollouts:
     # such as <think> can be special tokens, and the format reward must see them)
     completion_text: list[list[str]]
     logprobs: list[list[list[float]]] | None = None  # per-token sampling log-probs, if the engine reports them
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # engine; decode_steps where the engine counts them
+
+    @property
+    def decode_steps(self) -> int:
+        """Decoding steps the engine ran: its own count (HF: the longest completion of each generate
+        call, summed over calls), else the longest completion (continuous batching, all at once)."""
+        return self.meta.get("decode_steps", max((len(c) for g in self.completion_ids for c in g), default=0))
+
+    @property
+    def decode_sequence_steps(self) -> int:
+        """Rows x decoding steps the engine computed: its own count (HF: finished rows keep decoding
+        padding until the call's longest one stops), else the generated tokens (continuous batching)."""
+        return self.meta.get("decode_sequence_steps", self.generated_tokens)
 
     @property
     def num_prompts(self) -> int:

@@ -105,7 +105,7 @@ class HFEngine(RolloutEngine):
         # Prompts are rendered by the chat template already: no extra BOS/special tokens.
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         rows = [ids for ids in prompt_ids for _ in range(n)]  # prompt i -> rows i*n .. i*n+n-1
-        completions, logprobs = [], []
+        completions, logprobs, decode_steps, sequence_steps = [], [], 0, 0
         devices = [self.device] if self.device.type == "cuda" else []
         # A seeded call samples from its own stream and leaves the caller's RNG untouched; an
         # unseeded call draws from (and advances) the global RNG, so repeated calls differ.
@@ -115,7 +115,9 @@ class HFEngine(RolloutEngine):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.max_batch):
-                ids, lps = self._generate_batch(rows[start : start + self.max_batch], sampling)
+                ids, lps, width = self._generate_batch(rows[start : start + self.max_batch], sampling)
+                decode_steps += width  # generate runs every row until the call's longest one stops
+                sequence_steps += width * len(ids)
                 completions += ids
                 logprobs += lps
         # Decode without EOS/padding but keeping other special tokens: answer-format tags such as
@@ -127,7 +129,8 @@ class HFEngine(RolloutEngine):
             for c in completions
         ]
         group = lambda xs: [xs[i * n : (i + 1) * n] for i in range(len(prompts))]
-        return Rollouts(prompt_ids, group(completions), group(texts), group(logprobs), meta={"engine": self.name})
+        meta = {"engine": self.name, "decode_steps": decode_steps, "decode_sequence_steps": sequence_steps}
+        return Rollouts(prompt_ids, group(completions), group(texts), group(logprobs), meta=meta)
 
     def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig):
         batch = self.tokenizer.pad({"input_ids": rows}, padding=True, padding_side="left", return_tensors="pt")
@@ -157,7 +160,7 @@ class HFEngine(RolloutEngine):
             length = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
             ids.append(tokens[:length])  # up to and including the first EOS
             lps.append(lp[:length])
-        return ids, lps
+        return ids, lps, new_tokens.shape[1]
 
     def sync_weights(self, model) -> None:
         """Nothing to copy when the engine samples from the trainer's model object itself."""

@@ -5,7 +5,9 @@
 # Order of the checks, each failing with one line that names the key:
 #   1. the JSON schema (workflows/schemas/config.schema.yaml): types, unknown keys, seeds as integers;
 #   2. the hardware setup exists (config/hardware.yaml) and the benchmarks are known tasks;
-#   3. the trainer's own config loader accepts the shared `train` settings and every arm.
+#   3. the trainer's own config loader accepts the shared `train` settings and every arm;
+#   4. every arm fits the setup's devices (pods_bench/planning/): one that cannot fit at all stops
+#      here; one whose longest batches may not fit gets a one-line warning (`pods-bench plan` tells more).
 # Snakemake's `validate` then fills in the schema's defaults.
 
 import os
@@ -18,6 +20,7 @@ from snakemake.utils import validate
 
 from pods_bench import experiment as experiment_settings
 from pods_bench.errors import PodsBenchError
+from pods_bench.planning.plan import check_fits
 
 ROOT = Path(workflow.basedir)
 SCHEMA = ROOT / "workflows" / "schemas" / "config.schema.yaml"
@@ -67,6 +70,8 @@ checked(experiment_settings.check_benchmarks, config)
 # the settings shared by every arm, and arm -> the trainer config of its first seed with defaults
 # filled in (for resources and the manifest)
 TRAIN_SETTINGS, RESOLVED = checked(experiment_settings.resolve_runs, config, HARDWARE, ROOT)
+for _warning in checked(check_fits, RESOLVED, HARDWARE, config["hardware"]):
+    print(f"pods-bench workflow: warning: {_warning}", file=sys.stderr)
 WARM_START = config["warm_start"]
 WARM_START_DIR = experiment_settings.warm_start_dir(config)
 

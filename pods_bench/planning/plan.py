@@ -1,0 +1,139 @@
+"""`pods-bench plan CONFIG [--hardware NAME] [--model FILE]`: memory per device and step time of every
+arm of an experiment config, on its own hardware setup or another one of config/hardware.yaml.
+
+Step times come from a fitted step-time model (`--model`, written by `pods-bench profile`) or from
+the hardware profile's first-principles coefficients; the report says which. The workflow runs
+`check_fits` on every arm before any job starts: a config that cannot fit stops with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pods_bench.errors import PodsBenchError
+from pods_bench.planning.architecture import model_dims
+from pods_bench.planning.memory import GIB, memory_estimate
+from pods_bench.planning.step_time import StepTimeModel, from_hardware, predict
+
+MEMORY_PARTS = ("weights", "optimizer", "reference_model", "framework", "gradients", "activations", "engine")
+
+
+def gib(x: float) -> float:
+    return round(x / GIB, 2)
+
+
+def plan_arm(arm: str, cfg, hardware: dict, hardware_name: str, step_model: StepTimeModel | None = None) -> dict:
+    """One row of the plan: memory by component (GiB per device), verdict, step time by phase (s)."""
+    dims = model_dims(cfg.model)
+    memory = memory_estimate(cfg, dims, hardware)
+    model = step_model or from_hardware(cfg, dims, hardware)
+    seconds = predict(model, cfg, hardware["processes"])
+    return {
+        "arm": arm,
+        "hardware": hardware_name,
+        "n": cfg.selection.n,
+        "m": cfg.selection.m,
+        "params": dims.params,
+        "trainable_params": memory["trainable_params"],
+        **{f"mem_{part}_gib": gib(memory["parts"][part]) for part in MEMORY_PARTS},
+        "mem_peak_gib": gib(memory["peak"]),
+        "mem_capacity_gib": gib(memory["capacity"]),
+        "fits": memory["fits"],
+        "mem_floor_gib": gib(memory["floor"]),
+        "fits_floor": memory["fits_floor"],
+        "mem_margin_gib": gib(memory["margin"]),
+        "concurrent_sequences": memory["concurrent_sequences"],
+        "sequences_per_step": memory["sequences_per_step"],
+        **{f"time_{phase}_s": round(s, 4) for phase, s in seconds.items() if phase != "step"},
+        "step_s": round(seconds["step"], 4),
+        "step_time_source": model.source,
+    }
+
+
+def verdict_line(row: dict) -> str | None:
+    """Why an arm cannot fit, or may not, in one line (None: it fits at the config's limits)."""
+    if row["fits"]:
+        return None
+    floor = not row["fits_floor"]
+    parts = [p for p in MEMORY_PARTS if not (floor and p == "activations")]
+    biggest = max(parts, key=lambda part: row[f"mem_{part}_gib"])
+    largest = f"largest part: {biggest} {row[f'mem_{biggest}_gib']} GiB"
+    if floor:
+        return (
+            f"arm {row['arm']} cannot fit on {row['hardware']}: weights, optimizer state, gradients and the "
+            f"engine alone need {row['mem_floor_gib']} GiB per device of {row['mem_capacity_gib']} ({largest}); "
+            "use LoRA, optim.shard_optimizer_state, more processes or a smaller engine share"
+        )
+    return (
+        f"arm {row['arm']} may run out of memory on {row['hardware']}: its longest batches need "
+        f"{row['mem_peak_gib']} GiB per device of {row['mem_capacity_gib']} ({largest}); a smaller "
+        "optim.micro_batch_size or model.gradient_checkpointing lowers it"
+    )
+
+
+def check_fits(resolved: dict, hardware: dict, hardware_name: str) -> list[str]:
+    """The workflow's check before any job: an arm that cannot fit at all stops the workflow with
+    one line; the warnings (arms whose longest batches may not fit) are returned to be printed."""
+    warnings = []
+    for arm, cfg in resolved.items():
+        row = plan_arm(arm, cfg, hardware, hardware_name)
+        if not row["fits_floor"]:
+            raise PodsBenchError(verdict_line(row))
+        if not row["fits"]:
+            warnings.append(verdict_line(row))
+    return warnings
+
+
+def load_step_model(path: str | Path) -> StepTimeModel:
+    path = Path(path)
+    if not path.is_file():
+        raise PodsBenchError(f"step-time model {path} does not exist (write one with `pods-bench profile`)")
+    try:
+        return StepTimeModel.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise PodsBenchError(f"step-time model {path} is not one `pods-bench profile` wrote ({e})") from None
+
+
+def plan(config_path: str | Path, hardware_name: str | None = None, step_model_path: str | Path | None = None):
+    """(rows, hardware name): every arm of the experiment config, planned on `hardware_name`
+    (default: the config's own setup). Arms are resolved exactly as the workflow's jobs get them."""
+    from pods_bench.experiment import hardware_setup, load_experiment, resolve_runs
+
+    config, own = load_experiment(config_path)
+    name = hardware_name or config["hardware"]
+    hardware = hardware_setup(name) if hardware_name else own
+    step_model = load_step_model(step_model_path) if step_model_path else None
+    _, resolved = resolve_runs(config, own)  # the arms as the config's own setup runs them
+    return [plan_arm(arm, cfg, hardware, name, step_model) for arm, cfg in resolved.items()], name
+
+
+def markdown(rows: list[dict]) -> str:
+    """The plan as a Markdown table (memory in GiB per device, times in seconds per step)."""
+    head = ["arm", "n/m", "peak GiB", "of", "fits", "floor GiB", "weights", "optim", "grads", "activations", "engine"]
+    head += ["gen s", "reward s", "update s", "sync s", "step s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        fits = "yes" if r["fits"] else ("at most" if r["fits_floor"] else "NO")
+        cells = [r["arm"], f"{r['n']}/{r['m']}", r["mem_peak_gib"], r["mem_capacity_gib"], fits, r["mem_floor_gib"]]
+        cells += [r[f"mem_{p}_gib"] for p in ("weights", "optimizer", "gradients", "activations", "engine")]
+        cells += [r[f"time_{p}_s"] for p in ("gen", "reward", "update", "sync")] + [r["step_s"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def cli(args) -> int:
+    import pandas as pd
+
+    from pods_bench.io import atomic_write_with
+
+    rows, name = plan(args.config, args.hardware, args.model)
+    print(f"plan of {args.config} on {name} (step times: {rows[0]['step_time_source']})")
+    print(markdown(rows))
+    if args.out:
+        atomic_write_with(args.out, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+        print(f"wrote {args.out}")
+    for r in rows:
+        if not r["fits"]:
+            print(verdict_line(r))
+    return 0 if all(r["fits_floor"] for r in rows) else 1

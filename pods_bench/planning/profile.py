@@ -1,0 +1,144 @@
+"""`pods-bench profile CONFIG --out DIR [--fit A,B]`: time a few steps of every arm of an experiment
+config on this machine, fit the step-time model on some arms and check its predictions on the others.
+
+The arms are trained exactly as the workflow's jobs would train them (same resolved configs), for
+`steps` steps each, in `rounds` interleaved rounds (arm 1, arm 2, ..., arm 1 again: a resumed run
+continues where it stopped), so that a machine that slows down or speeds up meanwhile touches every
+arm alike. No evaluation; checkpoints only where a round ends. Writes:
+
+    DIR/runs/<arm>/            the runs (train_log.jsonl: the per-phase times and their features)
+    DIR/step_time_model.json   the coefficients fitted on the --fit arms (`pods-bench plan --model`)
+    DIR/validation.csv, .md    every arm's measured mean step time beside the model's predictions
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from pods_bench.errors import PodsBenchError
+from pods_bench.planning.step_time import StepLengths, StepTimeModel, fit, predict
+
+
+def arm_configs(config_path, out: Path) -> dict:
+    """Arm -> (trainer settings, its overrides) for profiling runs in out/runs/<arm>."""
+    from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
+
+    config, hardware = load_experiment(config_path)
+    if hardware["processes"] > 1:
+        raise PodsBenchError("pods-bench profile times one process; choose a one-process hardware setup")
+    settings = shared_train_settings(config, hardware)
+    model = Path(settings.get("model", {}).get("name", ""))
+    if config["warm_start"]["enabled"] and not (model / "config.json").is_file():
+        raise PodsBenchError(
+            f"the warm-started model {model} does not exist yet: run `pods-bench pretrain --out {model}`"
+        )
+    fixed = [
+        f"seed={config['seeds'][0]}",
+        "budget.max_train_time_s=null",
+        f"budget.checkpoint_every_s={1e12}",
+        "eval.inline=false",
+    ]
+    return {
+        arm: (settings, [*arm_overrides(config, arm), f"output_dir={out / 'runs' / arm}", *fixed])
+        for arm in config["arms"]
+    }
+
+
+def run_interleaved(arms: dict, steps: int, rounds: int) -> None:
+    from tqdm import tqdm
+
+    from pods_bench.config import config_from_dict
+    from pods_bench.train import train
+
+    schedule = [(r, arm) for r in range(1, rounds + 1) for arm in arms]
+    for r, arm in tqdm(schedule, desc="profile", unit="run"):
+        settings, overrides = arms[arm]
+        train(config_from_dict(settings, [*overrides, f"budget.max_steps={steps * r // rounds}"]), progress=False)
+
+
+def arm_records(out: Path, arm: str) -> list[dict]:
+    from pods_bench.io import read_jsonl
+
+    return read_jsonl(out / "runs" / arm / "train_log.jsonl")
+
+
+def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[str]) -> list[dict]:
+    """Per arm: measured mean step time, the prediction from its config alone (lengths of the fitted
+    arms) and from its own measured features (the phase model's error without the length guess)."""
+    from pods_bench.config import config_from_dict
+
+    rows = []
+    for arm, (settings, overrides) in arms.items():
+        cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
+        records = arm_records(out, arm)
+        measured = float(
+            np.mean([sum(r[f"time_{p}_s"] for p in ("gen", "reward", "select", "update", "sync")) for r in records])
+        )
+        from_config = predict(model, cfg)["step"]
+        own = predict(model, cfg, lengths=StepLengths.from_records(records))["step"]
+        rows.append(
+            {
+                "arm": arm,
+                "n": cfg.selection.n,
+                "m": cfg.selection.m,
+                "role": "fitted" if arm in fitted else "predicted",
+                "steps": len(records),
+                "measured_s": round(measured, 4),
+                "predicted_s": round(from_config, 4),
+                "error_pct": round(100 * (from_config - measured) / measured, 1),
+                "predicted_own_lengths_s": round(own, 4),
+                "error_own_lengths_pct": round(100 * (own - measured) / measured, 1),
+            }
+        )
+    return rows
+
+
+def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12, rounds: int = 3):
+    """(model, validation rows); writes the files of the module docstring."""
+    import pandas as pd
+
+    from pods_bench.io import atomic_write_json, atomic_write_text, atomic_write_with
+
+    out = Path(out)
+    arms = arm_configs(config_path, out)
+    fitted = fit_arms or list(arms)
+    unknown = [a for a in fitted if a not in arms]
+    if unknown:
+        raise PodsBenchError(f"--fit: no arm {unknown[0]!r} in {config_path}; choose from {', '.join(arms)}")
+    if steps < rounds or rounds < 1:
+        raise PodsBenchError(f"--steps ({steps}) must be >= --rounds ({rounds}) >= 1")
+    run_interleaved(arms, steps, rounds)
+    records = [r for arm in fitted for r in arm_records(out, arm)]
+    source = f"profile of {config_path} on {platform.node()} ({platform.processor() or platform.machine()}), fitted on {', '.join(fitted)}"
+    model = fit(records, source)
+    rows = validation_rows(out, arms, model, fitted)
+    atomic_write_json(out / "step_time_model.json", model.to_dict())
+    atomic_write_with(out / "validation.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    atomic_write_text(out / "validation.md", validation_markdown(rows))
+    return model, rows
+
+
+def validation_markdown(rows: list[dict]) -> str:
+    head = (
+        "| arm | n/m | role | steps | measured s/step | predicted (config) | error | predicted (own lengths) | error |"
+    )
+    lines = [head, "|" + " --- |" * 9]
+    for r in rows:
+        lines.append(
+            f"| {r['arm']} | {r['n']}/{r['m']} | {r['role']} | {r['steps']} | {r['measured_s']} | {r['predicted_s']} | "
+            f"{r['error_pct']:+.1f} % | {r['predicted_own_lengths_s']} | {r['error_own_lengths_pct']:+.1f} % |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cli(args) -> int:
+    fit_arms = [a.strip() for a in args.fit.split(",") if a.strip()] if args.fit else None
+    model, rows = profile(args.config, args.out, fit_arms, args.steps, args.rounds)
+    print(validation_markdown(rows))
+    print(json.dumps(model.coefficients, indent=1))
+    print(f"wrote {Path(args.out) / 'step_time_model.json'} and validation.csv / validation.md")
+    return 0

@@ -1,0 +1,437 @@
+"""`pods-bench plan` and the step-time model: parameter counts against real models, the memory
+arithmetic against hand-worked cases and against the measured peak memory of real updates on this
+CPU, the fit check that stops a workflow, and the step-time model's fit and features."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pods_bench.config import config_from_dict
+from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import hardware_setup
+from pods_bench.planning.architecture import ModelDims, known_models, model_dims
+from pods_bench.planning.memory import GIB, Lengths, memory_estimate
+from pods_bench.planning.plan import check_fits, plan
+from pods_bench.planning.step_time import PHASE_FEATURES, StepLengths, StepTimeModel, fit, predict, step_features
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"hidden_size": 32, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 64}
+
+
+def tiny_cfg(**sections):
+    base = {"model": {"name": "tiny", "tiny": TINY}, "budget": {"max_steps": 1}, "device": "cpu"}
+    return config_from_dict({**base, **sections})
+
+
+# --- parameter counts ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3"])
+def test_parameter_count_equals_the_built_model(architecture):
+    from pods_bench.models import build_char_tokenizer, build_tiny_model
+
+    cfg = tiny_cfg(model={"name": "tiny", "tiny": {**TINY, "architecture": architecture}})
+    model = build_tiny_model(cfg.model.tiny, build_char_tokenizer())
+    assert model_dims(cfg.model).params == sum(p.numel() for p in model.parameters())
+    assert model_dims(cfg.model).head_dim == model.config.head_dim  # Qwen3: 128, not hidden / heads
+
+
+def test_lora_parameter_count_equals_peft():
+    from peft import LoraConfig, get_peft_model
+
+    from pods_bench.models import build_char_tokenizer, build_tiny_model
+
+    cfg = tiny_cfg(lora={"enabled": True, "r": 4, "target_modules": ["q_proj", "v_proj", "down_proj"]})
+    model = get_peft_model(
+        build_tiny_model(cfg.model.tiny, build_char_tokenizer()),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], task_type="CAUSAL_LM"),
+    )
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    dims = model_dims(cfg.model)
+    # by hand: 2 layers x r x ((32 + 32) + (32 + 16) + (64 + 32))
+    assert dims.lora_params(4, cfg.lora.target_modules) == trainable == 2 * 4 * (64 + 48 + 96)
+
+
+def test_the_paper_models_have_their_published_sizes():
+    known = known_models()
+    qwen3b = known["Qwen/Qwen2.5-3B-Instruct"]
+    # the model card: 3.09B parameters, 2.77B without the (tied) embeddings
+    assert qwen3b.params == pytest.approx(3.09e9, rel=0.005)
+    assert qwen3b.params - qwen3b.vocab * qwen3b.hidden == pytest.approx(2.77e9, rel=0.005)
+    assert known["Qwen/Qwen2.5-7B-Instruct"].params == pytest.approx(7.62e9, rel=0.005)
+    assert known["meta-llama/Llama-3.2-3B-Instruct"].params == pytest.approx(3.21e9, rel=0.005)
+
+
+def test_a_local_model_folder_is_read_from_its_config(tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen2",
+                "hidden_size": 64,
+                "num_hidden_layers": 3,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 128,
+                "vocab_size": 1000,
+                "tie_word_embeddings": False,
+            }
+        )
+    )
+    dims = model_dims(replace(tiny_cfg().model, name=str(tmp_path)))
+    assert dims == ModelDims(64, 3, 4, 2, 128, 1000, tied=False, qkv_bias=True)
+
+
+# --- memory arithmetic by hand ---------------------------------------------------------------------
+
+
+def test_memory_parts_by_hand():
+    """hidden 32, 2 layers, 4 heads of 8 (kv 2 x 8 = 16), ffn 64, vocab 104; float32, no autocast;
+    P = 2 prompts x n = 8, m = 4, micro-batches of 4; prompts of 10 tokens, completions of 6."""
+    cfg = tiny_cfg(
+        prompts_per_step=2, selection={"rule": "max_variance", "n": 8, "m": 4}, optim={"micro_batch_size": 4}
+    )
+    dims = model_dims(cfg.model)
+    hw = {"processes": 1, "device": "cpu", "accelerator": {"memory_gib": 1.0, "framework_overhead_gb": 0.5}}
+    est = memory_estimate(cfg, dims, hw, Lengths(10, 6))
+    params = 104 * 32 + 2 * (32 * 32 * 2 + 32 * 16 * 2 + 3 * 32 * 64 + 2 * 32) + 32
+    assert dims.params == params
+    parts = est["parts"]
+    assert parts["weights"] == params * 4 and parts["gradients"] == params * 4
+    assert parts["optimizer"] == 2 * params * 4 and parts["reference_model"] == 0
+    # activations: 4 rows x 16 tokens; per block and token 2 x 4 x 32 + 4 x (5 x 32 + 3 x 16 + 4 x 64);
+    # outside the blocks 4 x 4 x 32; logits 4 rows x 7 positions x 104 x 16 bytes
+    tokens = 4 * 16
+    block = 2 * 4 * 32 + 4 * (5 * 32 + 3 * 16 + 4 * 64)
+    assert parts["activations"] == 2 * block * tokens + 4 * 4 * 32 * tokens + 4 * 7 * 104 * 16
+    # HF generate: one call of 16 rows, KV 2 x 2 layers x 16 x 4 bytes per token, + logits 16 x 104 x 8
+    assert parts["engine"] == 2 * 2 * 16 * 4 * 16 * 16 + 16 * 104 * 8
+    persistent = parts["weights"] + parts["optimizer"] + int(0.5 * GIB)
+    assert est["peak"] == persistent + max(parts["gradients"] + parts["activations"], parts["engine"])
+    assert est["fits"] and est["floor"] == persistent + max(parts["gradients"], parts["engine"])
+
+
+def test_lora_sharding_checkpointing_and_vllm_by_hand():
+    cfg = config_from_dict(
+        {
+            "model": {
+                "name": "Qwen/Qwen2.5-3B-Instruct",
+                "dtype": "bfloat16",
+                "mixed_precision": "bf16",
+                "gradient_checkpointing": True,
+            },
+            "lora": {"enabled": True, "r": 64, "target_modules": ["q_proj", "v_proj"]},
+            "engine": {"name": "vllm", "options": {"gpu_memory_utilization": 0.5}},
+            "prompts_per_step": 1,
+            "selection": {"rule": "all", "n": 16, "m": 16},
+            "optim": {"micro_batch_size": 4, "shard_optimizer_state": True},
+            "budget": {"max_steps": 1},
+        }
+    )
+    dims = known_models()["Qwen/Qwen2.5-3B-Instruct"]
+    hw = {"processes": 1, "device": "cuda", "accelerator": {"memory_gib": 40.0, "framework_overhead_gb": 1.0}}
+    est = memory_estimate(cfg, dims, hw, Lengths(100, 200))
+    lora = 36 * 64 * ((2048 + 2048) + (2048 + 256))
+    assert est["trainable_params"] == lora
+    parts = est["parts"]
+    assert parts["weights"] == dims.params * 2 + lora * 4
+    assert parts["optimizer"] == 2 * lora * 4  # one process: nothing to shard
+    assert parts["engine"] == int(0.5 * 40 * GIB)
+    # gradient checkpointing: each block's bf16 input + one block's full set, bf16 residual (r = c = 2)
+    tokens = 4 * 300
+    block = 2 * 2 * 2048 + 2 * (5 * 2048 + 3 * 256 + 4 * 11008)
+    logits = 4 * 201 * 151936 * 18
+    assert parts["activations"] == 36 * 2 * 2048 * tokens + block * tokens + 4 * 2 * 2048 * tokens + logits
+    assert (
+        est["peak"]
+        == parts["weights"] + parts["optimizer"] + GIB + parts["gradients"] + parts["activations"] + parts["engine"]
+    )
+    # KV room: the share less vLLM's bf16 weights, over 2 x 36 x 256 x 2 bytes x 300 tokens a sequence
+    assert est["concurrent_sequences"] == min(256, (int(20 * GIB) - dims.params * 2) // (2 * 36 * 256 * 2 * 300))
+    two = memory_estimate(cfg, dims, {**hw, "processes": 2}, Lengths(100, 200))
+    assert two["parts"]["optimizer"] == math.ceil(2 * lora * 4 / 2)
+
+
+MEASURE = """
+import re, sys, json, torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, LlamaConfig, get_scheduler
+from pods_bench import train as T
+from pods_bench.config import config_from_dict
+from pods_bench.planning.architecture import ModelDims
+from pods_bench.planning.memory import Lengths, activation_bytes
+torch.set_num_threads(1)
+spec = json.loads(sys.argv[1])
+h, layers, vocab, rows, P, C = (spec[k] for k in ("hidden", "layers", "vocab", "rows", "prompt", "completion"))
+dims = ModelDims(h, layers, 4, 2, 3 * h, vocab)
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=vocab, hidden_size=h, num_hidden_layers=layers,
+    num_attention_heads=4, num_key_value_heads=2, intermediate_size=3 * h, tie_word_embeddings=True))
+cfg = config_from_dict({"selection": {"rule": "all", "n": rows, "m": rows}, "prompts_per_step": 1, "device": "cpu",
+    "optim": {"micro_batch_size": rows}, "budget": {"max_steps": 1},
+    "model": {"gradient_checkpointing": spec["checkpointing"]}})
+if spec["checkpointing"]:
+    model.gradient_checkpointing_enable()
+accelerator = Accelerator(cpu=True)
+model = accelerator.prepare(model)
+optimizer = T.make_optimizer(model, cfg, 1)
+learner = T.Learner(model, model, None, optimizer, get_scheduler("constant", optimizer), accelerator, 0)
+g = torch.Generator().manual_seed(0)
+seqs = [T.KeptRollout(torch.randint(1, vocab, (P,), generator=g).tolist(), torch.randint(1, vocab, (C,), generator=g).tolist(),
+        float(i % 2) - 0.5) for i in range(rows)]
+T.update_policy(learner, seqs, cfg)  # the optimizer state exists from here on
+optimizer.zero_grad(set_to_none=True)
+status = lambda key: int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+before = status("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")  # resets the peak (VmHWM) to the current RSS
+T.update_policy(learner, seqs, cfg)
+measured = status("VmHWM") - before
+predicted = activation_bytes(cfg, dims, rows, Lengths(P, C)) + dims.params * 4  # + the gradients
+print(json.dumps({"measured": measured, "predicted": predicted}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS reset")
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"hidden": 256, "layers": 4, "vocab": 104, "rows": 64, "prompt": 64, "completion": 64, "checkpointing": False},
+        {"hidden": 256, "layers": 4, "vocab": 104, "rows": 64, "prompt": 64, "completion": 64, "checkpointing": True},
+        {
+            "hidden": 64,
+            "layers": 1,
+            "vocab": 32000,
+            "rows": 8,
+            "prompt": 16,
+            "completion": 256,
+            "checkpointing": False,
+        },
+    ],
+    ids=["blocks", "checkpointed", "logits"],
+)
+def test_update_memory_is_within_25_percent_of_the_measured_peak(spec):
+    """The update's peak above the resting process (activations, logits, gradients), measured as the
+    resident-set high-water mark of a real update (the second one: AdamW's state exists), against
+    the planner's count. glibc's mmap threshold is fixed, so that freed blocks go back to the system
+    and the resident set follows what torch holds."""
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["measured"] > 50 * 2**20  # large enough to be more than allocator noise
+    assert result["measured"] == pytest.approx(result["predicted"], rel=0.25), result
+
+
+# --- the fit check and the plan ----------------------------------------------------------------------
+
+
+def test_a_config_that_cannot_fit_is_refused_and_one_that_may_not_is_warned():
+    base = {
+        "model": {"name": "Qwen/Qwen2.5-7B-Instruct", "mixed_precision": "bf16"},
+        "selection": {"rule": "all", "n": 16, "m": 16},
+        "prompts_per_step": 1,
+        "budget": {"max_steps": 1},
+        "task": {"max_prompt_tokens": 256},
+        "sampling": {"max_new_tokens": 256},
+    }
+    l40s = hardware_setup("l40s")
+    full = config_from_dict(base)  # float32 weights + grads + AdamW: 16 bytes x 7.6B params
+    with pytest.raises(PodsBenchError) as e:
+        check_fits({"full": full}, l40s, "l40s")
+    assert str(e.value).startswith("arm full cannot fit on l40s: weights, optimizer state, gradients")
+    assert "\n" not in str(e.value)
+    lora = config_from_dict(
+        {
+            **base,
+            "model": {**base["model"], "dtype": "bfloat16"},
+            "lora": {"enabled": True},
+            "optim": {"micro_batch_size": 16},
+        }
+    )
+    warnings = check_fits({"lora": lora}, l40s, "l40s")
+    assert len(warnings) == 1 and warnings[0].startswith("arm lora may run out of memory on l40s")
+    small = config_from_dict(
+        {
+            **base,
+            "model": {**base["model"], "dtype": "bfloat16"},
+            "lora": {"enabled": True},
+            "optim": {"micro_batch_size": 2},
+        }
+    )
+    assert check_fits({"small": small}, l40s, "l40s") == []
+
+
+def test_the_workflow_stops_on_a_config_that_cannot_fit(tmp_path):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "config" / "math_main.yaml").read_text())
+    config["train"] = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct", "dtype": "float32"}, "lora": {"enabled": False}}
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.startswith("pods-bench workflow:")]
+    assert len(lines) == 1 and "cannot fit on l40s" in lines[0], out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_plan_of_the_paper_setting_fits_and_orders_the_arms():
+    rows, name = plan(ROOT / "config" / "gsm8k_n_scaling.yaml")
+    assert name == "l40s" and all(r["fits"] for r in rows)
+    steps = [r["step_s"] for r in rows]  # m = 16 throughout: only generation grows with n
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    assert len({r["time_update_s"] for r in rows}) == 1
+    on_h100, _ = plan(ROOT / "config" / "gsm8k_n_scaling.yaml", "h100x8")
+    assert all(h["step_s"] < r["step_s"] for h, r in zip(on_h100, rows))
+
+
+def test_plan_cli_writes_its_csv_and_reports_the_source(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pods_bench",
+            "plan",
+            str(ROOT / "config" / "smoke.yaml"),
+            "--out",
+            str(tmp_path / "p.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "step times: hardware profile" in out.stdout and "| pods_n16_m4 | 16/4 |" in out.stdout
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "p.csv")
+    assert list(table["arm"]) == ["grpo_n16_m16", "pods_n16_m4"] and table["fits"].all()
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pods_bench",
+            "plan",
+            str(ROOT / "config" / "smoke.yaml"),
+            "--model",
+            str(tmp_path / "no.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "does not exist" in bad.stderr
+
+
+# --- the step-time model -----------------------------------------------------------------------------
+
+
+def test_step_features_by_hand():
+    cfg = tiny_cfg(
+        prompts_per_step=8,
+        selection={"rule": "max_variance", "n": 64, "m": 8},
+        engine={"max_batch": 256},
+        optim={"micro_batch_size": 16},
+    )
+    f = step_features(cfg, 1, StepLengths(decode_width=30, completion_mean=12, update_width=70))
+    # 512 rows in 2 calls of 30 steps; 64 kept rows in 4 micro-batches of 70 tokens a row
+    assert f == {
+        "decode_steps": 60,
+        "decode_sequence_steps": 512 * 30,
+        "rollouts_generated": 512,
+        "micro_batches": 4,
+        "update_tokens": 64 * 70,
+    }
+    two = step_features(cfg, 2, StepLengths(30, 12, 70))
+    assert two["rollouts_generated"] == 256 and two["decode_steps"] == 30
+
+
+def test_fit_recovers_the_coefficients_of_synthetic_steps():
+    import numpy as np
+
+    truth = {
+        "gen": {"1": 0.05, "decode_steps": 0.004, "decode_sequence_steps": 2e-5},
+        "reward": {"1": 0.01, "rollouts_generated": 3e-4},
+        "select": {"1": 0.001, "rollouts_generated": 1e-6},
+        "update": {"1": 0.02, "micro_batches": 0.03, "update_tokens": 1e-4},
+        "sync": {"1": 0.0},
+    }
+    model = StepTimeModel(truth)
+    rng = np.random.default_rng(0)
+    records = []
+    for n, m in [(16, 16), (64, 8), (32, 4)] * 5:
+        width = float(rng.integers(20, 33))
+        f = {
+            "decode_steps": width * (1 + n // 32),
+            "decode_sequence_steps": 8 * n * width,
+            "rollouts_generated": 8 * n,
+            "micro_batches": 1 + (8 * m) // 64,
+            "update_tokens": 8 * m * (60 + width),
+        }
+        times = model.phase_seconds(f)
+        records.append(
+            {
+                **f,
+                **{f"time_{p}_s": t for p, t in times.items()},
+                "completion_len_mean": width / 2,
+                "prompts_kept": 8,
+                "m": m,
+            }
+        )
+    fitted = fit(records)
+    for phase, names in PHASE_FEATURES.items():
+        for name in names:
+            assert fitted.coefficients[phase][name] == pytest.approx(truth[phase].get(name, 0.0), rel=1e-6, abs=1e-9)
+    again = StepTimeModel.from_dict(json.loads(json.dumps(fitted.to_dict())))
+    cfg = tiny_cfg(prompts_per_step=8, selection={"rule": "max_variance", "n": 32, "m": 4})
+    assert predict(again, cfg)["step"] == pytest.approx(predict(fitted, cfg)["step"])
+
+
+def test_hardware_profile_coefficients_follow_the_datasheet():
+    cfg = config_from_dict(
+        {
+            "model": {"name": "Qwen/Qwen2.5-3B-Instruct", "dtype": "bfloat16", "mixed_precision": "bf16"},
+            "lora": {"enabled": True},
+            "budget": {"max_steps": 1},
+        }
+    )
+    dims = known_models()["Qwen/Qwen2.5-3B-Instruct"]
+    from pods_bench.planning.step_time import from_hardware
+
+    l40s, h100 = hardware_setup("l40s"), hardware_setup("h100x8")
+    a, b = from_hardware(cfg, dims, l40s), from_hardware(cfg, dims, h100)
+    # a decoding step reads the bf16 weights once at half the bandwidth
+    assert a.coefficients["gen"]["decode_steps"] == pytest.approx(2 * dims.params / (864e9 * 0.5))
+    # LoRA without checkpointing: 4 x params FLOPs a token at 35 % of the bf16 peak
+    assert a.coefficients["update"]["update_tokens"] == pytest.approx(4 * dims.params / (181e12 * 0.35))
+    assert b.coefficients["update"]["update_tokens"] < a.coefficients["update"]["update_tokens"]
