@@ -435,3 +435,33 @@ def test_hardware_profile_coefficients_follow_the_datasheet():
     # LoRA without checkpointing: 4 x params FLOPs a token at 35 % of the bf16 peak
     assert a.coefficients["update"]["update_tokens"] == pytest.approx(4 * dims.params / (181e12 * 0.35))
     assert b.coefficients["update"]["update_tokens"] < a.coefficients["update"]["update_tokens"]
+
+
+def test_the_published_l40s_calibration_matches_the_doc():
+    """docs/cost-model.md (b) publishes the calibrated model's predictions; they are recomputed here
+    from the logs in ../shared, so the page cannot drift from the code."""
+    from pods_bench.planning.calibrate import published_l40s
+
+    logs = Path(os.environ.get("PODS_BENCH_DATA_DIR", ROOT.parent / "shared" / "data")) / "pods-paper-logs"
+    if not logs.is_dir():
+        pytest.skip(f"no published logs at {logs}")
+    rows, model = published_l40s(
+        logs, ROOT / "config" / "gsm8k_n_scaling.yaml", ROOT / "config" / "gsm8k_m_scaling.yaml"
+    )
+    fitted = {(r["n"], r["m"]): r for r in rows if r["role"] == "fitted"}
+    assert set(fitted) == {(16, 16), (64, 16)}
+    assert all(r["predicted_s"] == pytest.approx(r["measured_s"], abs=1e-3) for r in fitted.values())
+    doc = (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    section = doc[doc.index("### (b)") : doc.index("## Not done yet")]
+    for r in rows:
+        cells = f"| {r['n']}/{r['m']} | {r['role']} |"
+        line = next((line for line in section.splitlines() if line.startswith(cells)), None)
+        assert line is not None, cells
+        values = [c.strip() for c in line.strip("|").split("|")][2:]
+        assert [float(v) for v in values[1:]] == pytest.approx(
+            [r["predicted_s"], r["gen_s"], r["update_s"]], abs=0.006
+        )
+    # more rollouts cost more; fewer trained rollouts cost less
+    by = {(r["n"], r["m"]): r["predicted_s"] for r in rows}
+    assert by[(16, 16)] < by[(32, 16)] < by[(64, 16)] < by[(128, 16)] < by[(256, 16)]
+    assert by[(64, 2)] < by[(64, 4)] < by[(64, 8)] < by[(64, 16)]
