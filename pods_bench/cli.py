@@ -214,6 +214,24 @@ def _profile(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand(
+    "gpu-check",
+    "the prepared GPU check: CUDA tests, smoke training, paper-scale steps vs the plan -> <out>/gpu_check.*",
+)
+def _gpu_check(p: argparse.ArgumentParser):
+    p.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.md")
+    p.add_argument(
+        "--device", choices=["auto", "cuda", "cpu"], default="auto", help="cpu: tiny shapes (default: cuda if visible)"
+    )
+
+    def handler(args):
+        from pods_bench.gpu_check import cli
+
+        return cli(args)
+
+    p.set_defaults(_handler=handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pods-bench",

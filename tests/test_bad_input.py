@@ -508,7 +508,8 @@ CASES = [
         "experiment config: unknown hardware",
         workflow_config(top(hardware="tpu-pod")),
         DRY_RUN,
-        WORKFLOW + "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h100x8, a100x8 "
+        WORKFLOW
+        + "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h200, h100x8, a100x8 "
         "(config/hardware.yaml)",
         NO_RESULTS,
     ),

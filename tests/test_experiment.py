@@ -171,7 +171,7 @@ def test_unknown_hardware_and_benchmarks():
     with pytest.raises(PodsBenchError) as e:
         experiment.hardware_setup("tpu-pod")
     assert str(e.value) == (
-        "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h100x8, a100x8 (config/hardware.yaml)"
+        "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h200, h100x8, a100x8 (config/hardware.yaml)"
     )
     config, _, _ = loaded("smoke")
     config["eval_benchmarks"] = ["arith", "gsm9k"]
