@@ -149,6 +149,13 @@ def workflow_config(change: Callable[[dict], None]) -> Callable[[Path], None]:
     return make
 
 
+def too_big_for_l40s(cfg: dict) -> None:
+    """Qwen2.5-7B in full fine-tuning (float32 weights, gradients and AdamW state) on one L40S."""
+    cfg.update(hardware="l40s")
+    cfg["warm_start"]["enabled"] = False
+    cfg["train"]["model"] = {"name": "Qwen/Qwen2.5-7B-Instruct", "dtype": "float32"}
+
+
 def top(**change) -> Callable[[dict], None]:
     return lambda cfg: cfg.update(change)
 
@@ -533,6 +540,22 @@ CASES = [
         DRY_RUN,
         WORKFLOW + "train: unknown config key optim.lrr (did you mean optim.lr?)",
         NO_RESULTS,
+    ),
+    Case(
+        "experiment config: an arm that cannot fit its hardware",
+        workflow_config(too_big_for_l40s),
+        DRY_RUN,
+        WORKFLOW + "arm grpo_n16_m16 cannot fit on l40s: weights, optimizer state, gradients and the engine alone "
+        "need 114.98 GiB per device of 44.99 (largest part: optimizer 56.74 GiB); use LoRA, "
+        "optim.shard_optimizer_state, more processes or a smaller engine share",
+        NO_RESULTS,
+    ),
+    Case(
+        "plan: step-time model file missing",
+        workflow_config(lambda c: None),
+        "pods-bench plan {tmp}/bad.yaml --model {tmp}/model.json",
+        "pods-bench: error: step-time model {tmp}/model.json does not exist (write one with `pods-bench profile`)",
+        "nothing",
     ),
     Case(
         "experiment config: a trainer key the workflow sets",
