@@ -215,6 +215,27 @@ def _profile(p: argparse.ArgumentParser):
 
 
 @subcommand(
+    "project", "a finished experiment's time-to-target projected onto another hardware setup (labelled a projection)"
+)
+def _project(p: argparse.ArgumentParser):
+    p.add_argument("results", help="an experiment folder (results/<experiment>) or the published logs")
+    p.add_argument("--config", required=True, help="the experiment config its arms came from (matched by n and m)")
+    p.add_argument("--hardware", required=True, help="the setup of config/hardware.yaml to project onto")
+    p.add_argument("--model", help="a step-time model for the target (default: its hardware profile)")
+    p.add_argument("--q", type=float, default=0.99, help="threshold T = q x the baseline's peak (default 0.99)")
+    p.add_argument("--kind", choices=["auto", "runs", "paper"], default="auto")
+    p.add_argument("--experiment", action="append", help="only this experiment / published setting (repeatable)")
+    p.add_argument("--out", help="also write the rows as CSV here")
+
+    def handler(args):
+        from pods_bench.planning.project import cli
+
+        return cli(args)
+
+    p.set_defaults(_handler=handler)
+
+
+@subcommand(
     "gpu-check",
     "the prepared GPU check: CUDA tests, smoke training, paper-scale steps vs the plan -> <out>/gpu_check.*",
 )

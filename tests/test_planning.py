@@ -465,3 +465,50 @@ def test_the_published_l40s_calibration_matches_the_doc():
     by = {(r["n"], r["m"]): r["predicted_s"] for r in rows}
     assert by[(16, 16)] < by[(32, 16)] < by[(64, 16)] < by[(128, 16)] < by[(256, 16)]
     assert by[(64, 2)] < by[(64, 4)] < by[(64, 8)] < by[(64, 16)]
+
+
+# --- the what-if projection --------------------------------------------------------------------------
+
+
+def published_logs() -> Path:
+    logs = Path(os.environ.get("PODS_BENCH_DATA_DIR", ROOT.parent / "shared" / "data")) / "pods-paper-logs"
+    if not logs.is_dir():
+        pytest.skip(f"no published logs at {logs}")
+    return logs
+
+
+def test_projection_onto_the_same_step_times_gives_back_the_measurement(tmp_path):
+    """With a step-time model that reproduces the measured step times (the calibrated L40S model),
+    the projection must return the measured times to T and speedups; onto the H200's datasheet
+    model each arm's time scales by its step-time ratio."""
+    from pods_bench.planning.calibrate import published_l40s
+    from pods_bench.planning.project import project
+
+    logs = published_logs()
+    config = ROOT / "config" / "gsm8k_main.yaml"
+    _, model = published_l40s(logs, ROOT / "config" / "gsm8k_n_scaling.yaml", ROOT / "config" / "gsm8k_m_scaling.yaml")
+    (tmp_path / "model.json").write_text(json.dumps(model.to_dict()))
+    same = project(logs, config, "l40s", tmp_path / "model.json", only=["gsm8k-l40s-qwen"])
+    assert [r["arm"] for r in same] == ["GRPO", "PODS n=64 m=16"]
+    for r in same:
+        assert r["projected_s_per_step"] == pytest.approx(r["measured_s_per_step"], abs=1e-3)
+        assert r["projected_t_to_T_s"] == pytest.approx(r["measured_t_to_T_s"], rel=1e-3)
+        assert r["projected_speedup"] == pytest.approx(r["measured_speedup"], rel=1e-3)
+    assert same[1]["measured_speedup"] > 1.7  # the paper's claim on this setting
+    h200 = project(logs, config, "h200", only=["gsm8k-l40s-qwen"])
+    grpo, pods = h200
+    ratio = lambda r: r["projected_s_per_step"] / r["measured_s_per_step"]
+    assert pods["projected_t_to_T_s"] == pytest.approx(pods["measured_t_to_T_s"] * ratio(pods), rel=1e-3)
+    assert pods["projected_speedup"] == pytest.approx(pods["measured_speedup"] * ratio(grpo) / ratio(pods), rel=1e-3)
+    low, high = pods["projected_speedup_ci_low"], pods["projected_speedup_ci_high"]
+    assert low < pods["projected_speedup"] < high
+
+
+def test_projection_refuses_a_setup_the_config_cannot_run_on():
+    from pods_bench.planning.project import project
+
+    with pytest.raises(PodsBenchError) as e:
+        project(published_logs(), ROOT / "config" / "gsm8k_main.yaml", "h100x8", only=["gsm8k-l40s-qwen"])
+    assert str(e.value) == (
+        "config key prompts_per_step (1) is not a multiple of the 8 processes of h100x8: the config cannot run there as it is"
+    )

@@ -23,8 +23,18 @@ def gib(x: float) -> float:
     return round(x / GIB, 2)
 
 
+def check_processes(cfg, hardware: dict, hardware_name: str) -> None:
+    """The trainer splits a step's prompts between the processes (make_accelerator refuses the rest)."""
+    if cfg.prompts_per_step % hardware["processes"]:
+        raise PodsBenchError(
+            f"config key prompts_per_step ({cfg.prompts_per_step}) is not a multiple of the "
+            f"{hardware['processes']} processes of {hardware_name}: the config cannot run there as it is"
+        )
+
+
 def plan_arm(arm: str, cfg, hardware: dict, hardware_name: str, step_model: StepTimeModel | None = None) -> dict:
     """One row of the plan: memory by component (GiB per device), verdict, step time by phase (s)."""
+    check_processes(cfg, hardware, hardware_name)
     dims = model_dims(cfg.model)
     memory = memory_estimate(cfg, dims, hardware)
     model = step_model or from_hardware(cfg, dims, hardware)
