@@ -3,6 +3,7 @@
 #   make test    the test suite (what CI runs)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
 #   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~50 min on 2 cores)
+#   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
 #   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
 #
 # Without an NVIDIA GPU (no nvidia-smi) the venv gets the CPU pins of requirements/cpu.txt:
@@ -18,7 +19,7 @@ comma := ,
 BIN := $(VENV)/bin
 export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: venv test lint bench smoke strategies gpu-check clean-venv
+.PHONY: venv test lint bench bench-peer smoke strategies gpu-check clean-venv
 
 venv: $(VENV)/.installed
 
@@ -43,6 +44,11 @@ lint: venv
 
 bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
+
+# pods-bench vs TRL on the smoke model, interleaved pairs, the ratio per phase (tests/benchmarks/peer_trl.py)
+bench-peer: venv
+	$(BIN)/pip install -q $(REQS) -e ".[bench]"
+	$(BIN)/python -m tests.benchmarks.peer_trl
 
 # The smoke replication: warm start, GRPO and PODS runs, evaluation, aggregation, figures, report.
 smoke: venv

@@ -309,47 +309,31 @@ def test_plan_of_the_paper_setting_fits_and_orders_the_arms():
     steps = [r["step_s"] for r in rows]  # m = 16 throughout: only generation grows with n
     assert steps == sorted(steps) and len(set(steps)) == len(steps)
     assert len({r["time_update_s"] for r in rows}) == 1
-    on_h100, _ = plan(ROOT / "config" / "gsm8k_n_scaling.yaml", "h100x8")
-    assert all(h["step_s"] < r["step_s"] for h, r in zip(on_h100, rows))
+    on_h200, _ = plan(ROOT / "config" / "gsm8k_n_scaling.yaml", "h200")
+    assert all(h["step_s"] < r["step_s"] for h, r in zip(on_h200, rows))
+    with pytest.raises(PodsBenchError, match="not a multiple of the 8 processes of h100x8"):
+        plan(ROOT / "config" / "gsm8k_n_scaling.yaml", "h100x8")  # one prompt a step cannot be split 8 ways
+
+
+def plan_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pods_bench", "plan", str(ROOT / "config" / "smoke.yaml"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def test_plan_cli_writes_its_csv_and_reports_the_source(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pods_bench",
-            "plan",
-            str(ROOT / "config" / "smoke.yaml"),
-            "--out",
-            str(tmp_path / "p.csv"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "step times: hardware profile" in out.stdout and "| pods_n16_m4 | 16/4 |" in out.stdout
     import pandas as pd
 
+    out = plan_cli("--out", str(tmp_path / "p.csv"))
+    assert out.returncode == 0, out.stderr
+    assert "step times: hardware profile" in out.stdout and "| pods_n16_m4 | 16/4 |" in out.stdout
     table = pd.read_csv(tmp_path / "p.csv")
     assert list(table["arm"]) == ["grpo_n16_m16", "pods_n16_m4"] and table["fits"].all()
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pods_bench",
-            "plan",
-            str(ROOT / "config" / "smoke.yaml"),
-            "--model",
-            str(tmp_path / "no.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    bad = plan_cli("--model", str(tmp_path / "no.json"))
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "does not exist" in bad.stderr
 
 
