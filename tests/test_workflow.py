@@ -65,6 +65,7 @@ EXPECTED_JOBS = {
     # allocation strategies (docs/allocation.md): 7 arms
     "strategies": per_experiment(7 * 8, warm_start=True),
     "strategies_gsm8k": per_experiment(7 * 5),
+    "strategies_repeat": per_experiment(7 * 8, warm_start=True),  # the same on 128 prompts
     # the step-time model's validation arms (docs/cost-model.md; run by `pods-bench profile`)
     "cost_model": per_experiment(6 * 1, warm_start=True),
 }
