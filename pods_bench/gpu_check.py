@@ -15,6 +15,7 @@ training grades with math-verify as every run does.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import time
@@ -273,7 +274,9 @@ def measure_step(cfg, dims, device: str, s: dict) -> dict:
         "peak_update_mib": update_peak and round(update_peak),
         "resting_mib": resting and round(resting),
     }
+    accelerator.free_memory()  # accelerate keeps references to what it prepared
     del engine, learner, model, policy, optimizer
+    gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     return result
