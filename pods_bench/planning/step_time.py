@@ -100,8 +100,9 @@ def fit(records: list[dict], source: str = "") -> StepTimeModel:
 def step_features(cfg, processes: int, lengths: StepLengths) -> dict[str, float]:
     """The features of one step of `cfg` on one process (uniform allocation: P/K prompts x G groups
     x n rollouts sampled, x m trained)."""
-    sequences = cfg.prompts_per_step // processes * cfg.selection.groups_per_prompt * cfg.selection.n
-    kept = cfg.prompts_per_step // processes * cfg.selection.groups_per_prompt * cfg.selection.m
+    from pods_bench.planning.memory import sequences_per_process, trained_per_process
+
+    sequences, kept = sequences_per_process(cfg, processes), trained_per_process(cfg, processes)
     calls = math.ceil(sequences / cfg.engine.max_batch) if cfg.engine.name == "hf" else 1
     per_row = lengths.decode_width if cfg.engine.name == "hf" else lengths.completion_mean
     return {

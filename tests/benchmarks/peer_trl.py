@@ -31,36 +31,28 @@ WARM_START = ROOT / "results" / "warm_start" / "arith-tiny"
 
 
 def pods_bench_config(out: Path, steps: int):
-    """The smoke experiment's GRPO arm, as its training jobs get it, for `steps` steps, no evaluation."""
+    """The smoke experiment's GRPO arm, as `pods-bench profile` runs it (its training job's config,
+    no evaluation, no checkpoints but the first and last), for `steps` steps."""
     from pods_bench.config import config_from_dict
-    from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
+    from pods_bench.planning.profile import arm_configs
 
-    config, hardware = load_experiment(ROOT / "config" / "smoke.yaml")
-    settings = shared_train_settings(config, hardware)
-    settings["model"]["name"] = str(WARM_START)
-    overrides = [
-        *arm_overrides(config, "grpo_n16_m16"),
-        "seed=0",
-        f"output_dir={out}",
-        "budget.max_train_time_s=null",
-        f"budget.max_steps={steps}",
-        f"budget.checkpoint_every_s={1e12}",
-        "eval.inline=false",
-    ]
-    return config_from_dict(settings, overrides)
+    settings, overrides = arm_configs(ROOT / "config" / "smoke.yaml", out)["grpo_n16_m16"]
+    settings = {**settings, "model": {**settings["model"], "name": str(WARM_START)}}
+    return config_from_dict(settings, [*overrides, f"budget.max_steps={steps}"])
 
 
 def run_pods_bench(out: Path, steps: int) -> list[dict]:
     from pods_bench.io import read_jsonl
     from pods_bench.train import train
 
-    train(pods_bench_config(out, steps), progress=False)
+    cfg = pods_bench_config(out, steps)
+    train(cfg, progress=False)
     return [
         {
             "generation": r["time_gen_s"] + r["time_reward_s"] + r["time_select_s"],
             "update": r["time_update_s"] + r["time_sync_s"],
         }
-        for r in read_jsonl(out / "train_log.jsonl")
+        for r in read_jsonl(cfg.run_dir / "train_log.jsonl")
     ]
 
 
