@@ -254,6 +254,11 @@ class OptimConfig:
     schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = 0
     micro_batch_size: int = 16  # sequences per forward/backward; gradients accumulate over the step
+    # memory only (the gradient is the same): a micro-batch runs in passes of at most this many rows
+    # (None: the whole micro-batch), and the log-probs are taken this many completion tokens at a
+    # time, never the whole (rows, tokens, vocab) logits tensor (pods_bench/logprobs.py)
+    rows_per_pass: int | None = None
+    logprob_chunk_tokens: int = 1024
     updates_per_batch: int = 1  # optimizer steps on each batch of rollouts (PPO epochs)
     max_grad_norm: float = 1.0
     # several processes: each keeps the AdamW state of 1/K of the parameters (ZeRO stage 1, PyTorch's
@@ -263,6 +268,8 @@ class OptimConfig:
     def __post_init__(self):
         _require(self.lr > 0, "config key optim.lr must be > 0")
         _require(self.micro_batch_size >= 1, "config key optim.micro_batch_size must be >= 1")
+        _require(self.rows_per_pass is None or self.rows_per_pass >= 1, "config key optim.rows_per_pass must be >= 1")
+        _require(self.logprob_chunk_tokens >= 1, "config key optim.logprob_chunk_tokens must be >= 1")
         _require(self.updates_per_batch >= 1, "config key optim.updates_per_batch must be >= 1")
         _require(self.warmup_steps >= 0, "config key optim.warmup_steps must be >= 0")
         _require(self.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")

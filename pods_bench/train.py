@@ -50,6 +50,7 @@ from pods_bench.evaluate import evaluate_missing, load_benchmarks
 from pods_bench.experiment import flatten
 from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
+from pods_bench.logprobs import head_returns_logprobs
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, phase_field
 from pods_bench.tasks.prompts import render_prompts
 
@@ -139,34 +140,36 @@ def pack(sequences: list[KeptRollout], pad_id: int, device) -> dict[str, torch.T
     }
 
 
-def completion_logprobs(model, batch: dict, temperature: float) -> torch.Tensor:
-    """(B, C) log pi(token | prefix) of the completion tokens, with logits / temperature as sampled.
+def completion_logprobs(model, batch: dict, temperature: float, chunk_tokens: int = 1024) -> torch.Tensor:
+    """(B, C) log pi(token | prefix) of the completion tokens, with logits / temperature as sampled;
+    0 at padding. The output layer hands back log-probs `chunk_tokens` positions at a time
+    (pods_bench/logprobs.py), never the float32 logits of the whole batch.
 
     Position ids are the ones generate gives left-padded rows (cumsum of the mask - 1), not the
     default 0..L-1, which would shift every left-padded row: the forward pass must see exactly what
     the sampler saw for pi / pi_old and the KL to be right (tests/test_engine_hf.py checks ~1e-6)."""
     mask = batch["attention_mask"]
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    width_c = batch["completion_ids"].shape[1]
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=mask,
-        position_ids=position_ids,
-        logits_to_keep=width_c + 1,  # only the positions that predict completion tokens
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1].float() / temperature  # position t predicts token t + 1
-    # log_softmax gathered at the tokens, without materialising (B, C, vocab) log-probs twice
-    return logits.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    targets, target_mask = batch["completion_ids"], batch["completion_mask"]
+    policy = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    with head_returns_logprobs(policy, targets, target_mask, temperature, chunk_tokens):
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=mask,
+            position_ids=position_ids,
+            logits_to_keep=targets.shape[1] + 1,  # only the positions that predict completion tokens
+            use_cache=False,
+        )
+    return out.logits  # (B, C) log-probs, in the place of logits
 
 
-def reference_logprobs(policy, ref_model, batch: dict, temperature: float) -> torch.Tensor:
+def reference_logprobs(policy, ref_model, batch: dict, temperature: float, chunk_tokens: int) -> torch.Tensor:
     """Log-probs under the reference policy (initial weights; with LoRA: adapters disabled)."""
     with torch.no_grad():
         if ref_model is not None:
-            return completion_logprobs(ref_model, batch, temperature)
+            return completion_logprobs(ref_model, batch, temperature, chunk_tokens)
         with policy.disable_adapter():
-            return completion_logprobs(policy, batch, temperature)
+            return completion_logprobs(policy, batch, temperature, chunk_tokens)
 
 
 # --- the loss ------------------------------------------------------------------------------------
@@ -190,15 +193,17 @@ def policy_loss_terms(logp, logp_old, advantages, ref_logp, clip_eps: float, bet
     return loss, kl, clipped
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
-    """This micro-batch's contribution; the caller divides by the global normaliser (`normaliser`).
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, aggregation: str, micro_batch_tokens: int) -> torch.Tensor:
+    """This pass's contribution; the caller divides by the global normaliser (`normaliser`).
     "sequence": sum_i mean_t l_it (GRPO);  "token": sum_it l_it (DAPO);
-    "micro_batch_token": mean_it l_it over this micro-batch's tokens (TRL's "bnpo")."""
+    "micro_batch_token": sum_it l_it / (tokens of the whole micro-batch), i.e. the micro-batch's token
+    mean (TRL's "bnpo") when its rows are split over several passes. All three are sums over rows,
+    so splitting a micro-batch into passes leaves the gradient as it is."""
     per_token = torch.where(mask, per_token, 0.0)
     if aggregation == "sequence":
         return (per_token.sum(1) / mask.sum(1).clamp(min=1)).sum()
     if aggregation == "micro_batch_token":
-        return per_token.sum() / mask.sum().clamp(min=1)
+        return per_token.sum() / max(1, micro_batch_tokens)
     return per_token.sum()
 
 
@@ -247,25 +252,43 @@ class Learner:
     pad_id: int
 
 
+def loss_passes(sequences: list[KeptRollout], cfg: TrainConfig, pad_id: int, device) -> list[dict]:
+    """The forward/backward passes of an update: micro-batches of `optim.micro_batch_size` sequences
+    (they define "micro_batch_token" aggregation), each cut into passes of at most
+    `optim.rows_per_pass` rows, which bounds memory only. Each pass is a packed batch (`pack`) that
+    also carries its micro-batch's completion-token count."""
+    size = cfg.optim.micro_batch_size
+    rows = cfg.optim.rows_per_pass or size
+    passes = []
+    for start in range(0, len(sequences), size):
+        micro = sequences[start : start + size]
+        tokens = sum(len(s.completion_ids) for s in micro)
+        for i in range(0, len(micro), rows):
+            passes.append({**pack(micro[i : i + rows], pad_id, device), "micro_batch_tokens": tokens})
+    return passes
+
+
 def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConfig) -> dict:
     """`optim.updates_per_batch` optimizer steps on the kept sequences of this process.
 
     The loss is normalised by the global number of sequences (or tokens, or micro-batches) and
     multiplied by the number of processes, because DDP averages gradients: the result is the gradient
     of the mean over all processes' sequences, whatever their share. Every process runs the same
-    number of backward passes (padding with zero-loss passes) so the gradient all-reduce stays in step."""
+    number of forward/backward passes (padding with zero-loss passes) so the gradient all-reduce (and
+    a sharded model's parameter gathering) stays in step."""
     model, accelerator, optimizer, scheduler = learner.model, learner.accelerator, learner.optimizer, learner.scheduler
     world = accelerator.num_processes
     temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
-    size = cfg.optim.micro_batch_size
-    micro = [pack(sequences[i : i + size], learner.pad_id, accelerator.device) for i in range(0, len(sequences), size)]
+    chunk = cfg.optim.logprob_chunk_tokens
+    micro = loss_passes(sequences, cfg, learner.pad_id, accelerator.device)
+    n_micro_batches = math.ceil(len(sequences) / cfg.optim.micro_batch_size)
     counts = all_reduce(
-        {"seqs": len(sequences), "tokens": sum(len(s.completion_ids) for s in sequences), "micro": len(micro)},
+        {"seqs": len(sequences), "tokens": sum(len(s.completion_ids) for s in sequences), "micro": n_micro_batches},
         accelerator,
     )
-    n_micro = int(all_reduce({"micro": len(micro)}, accelerator, op="max")["micro"])
+    n_micro = int(all_reduce({"passes": len(micro)}, accelerator, op="max")["passes"])
     stats = {"loss": 0.0, "grad_norm": 0.0, "kl_sum": 0.0, "clipped": 0.0, "lr": scheduler.get_last_lr()[0]}
-    # the work of one pass (what the step-time model of pods_bench/planning/ fits): padded rows x width
+    # the work of the passes (what the step-time model of pods_bench/planning/ fits): padded rows x width
     stats["micro_batches"], stats["update_tokens"] = len(micro), sum(b["input_ids"].numel() for b in micro)
     if counts["seqs"] == 0:  # every prompt filtered out on every process: nothing to learn from
         return stats
@@ -273,12 +296,14 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
     model.train()
     beta, updates = cfg.loss.beta, cfg.optim.updates_per_batch
     ref_logps = (
-        [reference_logprobs(learner.policy, learner.ref_model, b, temperature) for b in micro] if beta > 0 else None
+        [reference_logprobs(learner.policy, learner.ref_model, b, temperature, chunk) for b in micro]
+        if beta > 0
+        else None
     )
     old_logps = None
     if updates > 1:  # pi_old stays fixed while the policy takes several steps
         with torch.no_grad():
-            old_logps = [completion_logprobs(model, b, temperature) for b in micro]
+            old_logps = [completion_logprobs(model, b, temperature, chunk) for b in micro]
     params = [p for p in model.parameters() if p.requires_grad]
     for update in range(updates):
         stats["lr"] = scheduler.get_last_lr()[0]
@@ -287,15 +312,15 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
             with nullcontext() if last else accelerator.no_sync(model):  # all-reduce once, at the end
                 if i < len(micro):
                     b = micro[i]
-                    logp = completion_logprobs(model, b, temperature)
+                    logp = completion_logprobs(model, b, temperature, chunk)
                     # one update per batch: pi_old is the current policy, so logp.detach() is the
                     # no-grad forward pass without computing it twice (ratio 1, plain policy gradient)
                     logp_old = old_logps[i] if old_logps is not None else logp.detach()
                     per_token, kl, clipped = policy_loss_terms(
                         logp, logp_old, b["advantages"], ref_logps[i] if ref_logps else None, cfg.loss.clip_eps, beta
                     )
-                    loss = aggregate(per_token, b["completion_mask"], cfg.loss.aggregation) / divide_by
                     mask = b["completion_mask"]
+                    loss = aggregate(per_token, mask, cfg.loss.aggregation, b["micro_batch_tokens"]) / divide_by
                     stats["loss"] += loss.item() / world / updates
                     stats["clipped"] += float(clipped[mask].sum()) / updates
                     if kl is not None and update == 0:
@@ -512,11 +537,13 @@ class Progress:
 
 def check_same_run(run: dict, cfg: TrainConfig) -> None:
     """A run folder is resumed only by the same config (budget and evaluation may change)."""
-    old = flatten(run["config"])
-    new = flatten(json.loads(json.dumps(cfg.to_dict(), default=str)))
+    as_flat = lambda c: flatten(json.loads(json.dumps(c.to_dict(), default=str)))
+    old, new, defaults = flatten(run["config"]), as_flat(cfg), as_flat(TrainConfig())
     for key in sorted(set(old) | set(new)):
         if key.startswith(RESUMABLE_CHANGES):
             continue
+        if key not in old and new.get(key) == defaults.get(key):
+            continue  # a setting added to pods-bench since the run started, at its default value
         if old.get(key) != new.get(key):
             raise PodsBenchError(
                 f"{cfg.run_dir} holds a run with another config ({key}: {old.get(key)!r} there, "
@@ -654,12 +681,16 @@ def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tupl
 
 def make_accelerator(cfg: TrainConfig):
     from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     accelerator = Accelerator(
         cpu=cfg.device == "cpu",
         mixed_precision=cfg.model.mixed_precision,
-        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(hours=4))],  # rank 0 evaluates inline
+        kwargs_handlers=[
+            InitProcessGroupKwargs(timeout=timedelta(hours=4)),  # rank 0 evaluates inline
+            # gradients live in DDP's all-reduce buckets instead of beside them: one copy, not two
+            DistributedDataParallelKwargs(gradient_as_bucket_view=True),
+        ],
     )
     if cfg.device == "cuda" and accelerator.device.type != "cuda":
         raise PodsBenchError("config key device is 'cuda' but no GPU is visible")

@@ -107,15 +107,26 @@ def test_memory_parts_by_hand():
     assert parts["weights"] == params * 4 and parts["gradients"] == params * 4
     assert parts["optimizer"] == 2 * params * 4 and parts["reference_model"] == 0
     # activations: 4 rows x 16 tokens; per block and token 2 x 4 x 32 + 4 x (5 x 32 + 3 x 16 + 4 x 64);
-    # outside the blocks 4 x 4 x 32; logits 4 rows x 7 positions x 104 x 16 bytes
+    # outside the blocks 4 x 4 x 32; log-prob logits 4 rows x 6 completion tokens x 104 x 16 bytes
+    # (one chunk: fewer than logprob_chunk_tokens)
     tokens = 4 * 16
     block = 2 * 4 * 32 + 4 * (5 * 32 + 3 * 16 + 4 * 64)
-    assert parts["activations"] == 2 * block * tokens + 4 * 4 * 32 * tokens + 4 * 7 * 104 * 16
+    assert parts["activations"] == 2 * block * tokens + 4 * 4 * 32 * tokens + 4 * 6 * 104 * 16
+    # float32 weights, no autocast: no cast copies; on CPU AdamW steps tensor by tensor
+    assert parts["autocast_cache"] == 0 and parts["optimizer_step"] == 0
+    # passes of 2 rows halve the blocks' activations and the logits; chunks of 5 tokens bound the logits
+    halves = memory_estimate(replace(cfg, optim=replace(cfg.optim, rows_per_pass=2)), dims, hw, Lengths(10, 6))
+    assert halves["parts"]["activations"] == (2 * block + 4 * 4 * 32) * 2 * 16 + 2 * 6 * 104 * 16
+    chunked = memory_estimate(replace(cfg, optim=replace(cfg.optim, logprob_chunk_tokens=5)), dims, hw, Lengths(10, 6))
+    assert chunked["parts"]["activations"] == 2 * block * tokens + 4 * 4 * 32 * tokens + 5 * 104 * 16
     # HF generate: one call of 16 rows, KV 2 x 2 layers x 16 x 4 bytes per token, + logits 16 x 104 x 8
     assert parts["engine"] == 2 * 2 * 16 * 4 * 16 * 16 + 16 * 104 * 8
     persistent = parts["weights"] + parts["optimizer"] + int(0.5 * GIB)
     assert est["peak"] == persistent + max(parts["gradients"] + parts["activations"], parts["engine"])
     assert est["fits"] and est["floor"] == persistent + max(parts["gradients"], parts["engine"])
+    # on CUDA the multi-tensor AdamW's temporaries (one fp32 copy of the parameters) join the step
+    cuda = memory_estimate(cfg, dims, {**hw, "device": "cuda"}, Lengths(10, 6))
+    assert cuda["parts"]["optimizer_step"] == params * 4
 
 
 def test_lora_sharding_checkpointing_and_vllm_by_hand():
@@ -147,8 +158,10 @@ def test_lora_sharding_checkpointing_and_vllm_by_hand():
     # gradient checkpointing: each block's bf16 input + one block's full set, bf16 residual (r = c = 2)
     tokens = 4 * 300
     block = 2 * 2 * 2048 + 2 * (5 * 2048 + 3 * 256 + 4 * 11008)
-    logits = 4 * 201 * 151936 * 18
+    logits = 4 * 200 * 151936 * 18  # the 4 x 200 completion tokens fit one chunk (logprob_chunk_tokens 1024)
     assert parts["activations"] == 36 * 2 * 2048 * tokens + block * tokens + 4 * 2 * 2048 * tokens + logits
+    assert parts["autocast_cache"] == 0  # bf16 weights: nothing to cast
+    assert parts["optimizer_step"] == lora * 4
     assert (
         est["peak"]
         == parts["weights"] + parts["optimizer"] + GIB + parts["gradients"] + parts["activations"] + parts["engine"]
@@ -175,7 +188,7 @@ torch.manual_seed(0)
 model = AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=vocab, hidden_size=h, num_hidden_layers=layers,
     num_attention_heads=4, num_key_value_heads=2, intermediate_size=3 * h, tie_word_embeddings=True))
 cfg = config_from_dict({"selection": {"rule": "all", "n": rows, "m": rows}, "prompts_per_step": 1, "device": "cpu",
-    "optim": {"micro_batch_size": rows}, "budget": {"max_steps": 1},
+    "optim": {"micro_batch_size": rows, "logprob_chunk_tokens": spec.get("chunk", 1024)}, "budget": {"max_steps": 1},
     "model": {"gradient_checkpointing": spec["checkpointing"]}})
 if spec["checkpointing"]:
     model.gradient_checkpointing_enable()
@@ -198,29 +211,13 @@ print(json.dumps({"measured": measured, "predicted": predicted}))
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS reset")
-@pytest.mark.parametrize(
-    "spec",
-    [
-        {"hidden": 256, "layers": 4, "vocab": 104, "rows": 64, "prompt": 64, "completion": 64, "checkpointing": False},
-        {"hidden": 256, "layers": 4, "vocab": 104, "rows": 64, "prompt": 64, "completion": 64, "checkpointing": True},
-        {
-            "hidden": 64,
-            "layers": 1,
-            "vocab": 32000,
-            "rows": 8,
-            "prompt": 16,
-            "completion": 256,
-            "checkpointing": False,
-        },
-    ],
-    ids=["blocks", "checkpointed", "logits"],
-)
-def test_update_memory_is_within_25_percent_of_the_measured_peak(spec):
-    """The update's peak above the resting process (activations, logits, gradients), measured as the
-    resident-set high-water mark of a real update (the second one: AdamW's state exists), against
-    the planner's count. glibc's mmap threshold is fixed, so that freed blocks go back to the system
-    and the resident set follows what torch holds."""
+LOGITS_HEAVY = {"hidden": 64, "layers": 1, "vocab": 32000, "rows": 8, "prompt": 16, "completion": 256}
+
+
+def measure_update(spec: dict) -> dict:
+    """Measured and planned peak of a real update (MEASURE) in a fresh process. glibc's mmap
+    threshold is fixed, so that freed blocks go back to the system and the resident set follows
+    what torch holds."""
     out = subprocess.run(
         [sys.executable, "-c", MEASURE, json.dumps(spec)],
         capture_output=True,
@@ -229,9 +226,44 @@ def test_update_memory_is_within_25_percent_of_the_measured_peak(spec):
         env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.splitlines()[-1])
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+needs_peak_reset = pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS reset"
+)
+
+
+@needs_peak_reset
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"hidden": 256, "layers": 4, "vocab": 104, "rows": 64, "prompt": 64, "completion": 64, "checkpointing": False},
+        {"hidden": 256, "layers": 4, "vocab": 104, "rows": 64, "prompt": 64, "completion": 64, "checkpointing": True},
+        {**LOGITS_HEAVY, "checkpointing": False, "chunk": 4096},
+        {**LOGITS_HEAVY, "checkpointing": False, "chunk": 256},
+    ],
+    ids=["blocks", "checkpointed", "logits-one-chunk", "logits-chunked"],
+)
+def test_update_memory_is_within_25_percent_of_the_measured_peak(spec):
+    """The update's peak above the resting process (activations, logits, gradients), measured as the
+    resident-set high-water mark of a real update (the second one: AdamW's state exists), against
+    the planner's count."""
+    result = measure_update(spec)
     assert result["measured"] > 50 * 2**20  # large enough to be more than allocator noise
     assert result["measured"] == pytest.approx(result["predicted"], rel=0.25), result
+
+
+@needs_peak_reset
+def test_log_prob_chunks_save_the_memory_the_plan_says():
+    """A vocabulary-heavy update (32,000 entries, 2,048 completion tokens) with the log-probs taken
+    in one chunk and in chunks of 256 tokens: the measured peak drops by the planned amount (the
+    logits of 1,792 token positions, 16 bytes each entry: 0.92 GB)."""
+    whole = measure_update({**LOGITS_HEAVY, "checkpointing": False, "chunk": 4096})
+    chunked = measure_update({**LOGITS_HEAVY, "checkpointing": False, "chunk": 256})
+    planned = whole["predicted"] - chunked["predicted"]
+    assert planned == (2048 - 256) * 32000 * 16
+    assert whole["measured"] - chunked["measured"] == pytest.approx(planned, rel=0.25), (whole, chunked)
 
 
 # --- the fit check and the plan ----------------------------------------------------------------------

@@ -13,7 +13,8 @@ import torch
 from pods_bench.checkpoint import load_policy, reference_model
 from pods_bench.config import LoraConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import KeptRollout, Learner, completion_logprobs, pack, policy_loss_terms, update_policy
+from pods_bench.train import KeptRollout, Learner, pack, policy_loss_terms, update_policy
+from tests.test_logprobs import plain_logprobs
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
 
@@ -81,7 +82,7 @@ def test_first_update_is_the_plain_policy_gradient_whatever_the_micro_batches(ag
     cfg = make_cfg(loss=LossConfig(aggregation=aggregation))
     model, tokenizer = load_policy(cfg)
     batch = pack(sequences, tokenizer.pad_token_id, "cpu")
-    logp = completion_logprobs(model, batch, cfg.sampling.temperature)
+    logp = plain_logprobs(model, batch, cfg.sampling.temperature)
     mask = batch["completion_mask"]
     weighted = torch.where(mask, logp * batch["advantages"].unsqueeze(1), 0.0)
     if aggregation == "sequence":
@@ -166,7 +167,7 @@ def test_micro_batch_token_mean_is_the_mean_of_each_micro_batch_token_mean(micro
     objective = 0.0
     for chunk in chunks:
         batch = pack(chunk, tokenizer.pad_token_id, "cpu")
-        logp = completion_logprobs(model, batch, cfg.sampling.temperature)
+        logp = plain_logprobs(model, batch, cfg.sampling.temperature)
         mask = batch["completion_mask"]
         objective = objective + torch.where(mask, logp * batch["advantages"].unsqueeze(1), 0.0).sum() / mask.sum()
     (-(objective / len(chunks))).backward()
@@ -187,7 +188,7 @@ def test_log_probs_with_or_without_the_sampling_temperature(divide, accelerator)
     cfg = replace(cfg, sampling=replace(cfg.sampling, temperature=0.5))
     model, tokenizer = load_policy(cfg)
     batch = pack(sequences, tokenizer.pad_token_id, "cpu")
-    logp = completion_logprobs(model, batch, 0.5 if divide else 1.0)
+    logp = plain_logprobs(model, batch, 0.5 if divide else 1.0)
     mask = batch["completion_mask"]
     weighted = torch.where(mask, logp * batch["advantages"].unsqueeze(1), 0.0)
     (-(weighted.sum(1) / mask.sum(1)).mean()).backward()

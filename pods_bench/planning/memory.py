@@ -3,12 +3,22 @@
     persistent   weights (+ LoRA adapters, fp32) + AdamW moments (2 x fp32 per trainable parameter,
                  1/K each with optim.shard_optimizer_state over K processes) + a frozen reference
                  model (KL term, full fine-tuning) + the framework's own share
-    update       gradients (fp32, one per trainable parameter) + activations of one micro-batch
-                 + its completion logits
-    generation   HF generate: the KV cache of one generate call (engine.max_batch rows) and its
-                 decoding logits; vLLM: the gpu_memory_utilization share it reserves for the whole run
-    peak         persistent + the larger of update and HF generation (they take turns), or with vLLM
-                 persistent + update + vLLM's share
+    update       gradients (fp32, one per trainable parameter; with several processes DDP keeps them
+                 in its all-reduce buckets, gradient_as_bucket_view, so there is no second copy)
+                 + activations of one forward/backward pass + its log-prob chunk
+                 + the autocast cache (below)
+    step         the optimizer step: gradients + AdamW's temporaries (on CUDA torch's multi-tensor
+                 AdamW makes one fp32 temporary per trainable parameter of this process; on CPU it
+                 goes tensor by tensor, so they are negligible: measured 0.24 bytes per parameter)
+    generation   HF generate: the KV cache of one generate call (engine.max_batch rows), its decoding
+                 logits and the autocast cache; vLLM: the gpu_memory_utilization share it reserves
+                 for the whole run
+    peak         persistent + the largest of update, step and HF generation (they take turns), or
+                 with vLLM persistent + the larger of update and step + vLLM's share
+
+The autocast cache: under bf16 autocast with float32 weights, every linear layer's weight is cast to
+bf16 once per autocast region and the copy kept until the region ends (the whole forward pass, the
+whole of HF generate): 2 bytes per parameter.
 
 Activations are counted tensor by tensor for a Llama/Qwen block under PyTorch's SDPA attention (no
 (S x S) score matrix is kept). Per token and layer a block saves its two norm inputs (the residual
@@ -19,10 +29,13 @@ q and k, the attention output, gate, up, silu(gate) and their product:
 With gradient checkpointing only each block's input (r h per token) is kept, plus one block's full
 set while it is recomputed. Outside the blocks: the final norm keeps its input and output (2 r h per
 token), and the backward pass holds the residual stream's gradient going in and out of a block
-(2 r h more). The LM head's logits for the completion positions cost 16 bytes an element in
-float32 (measured on CPU, tests/test_planning.py: the float32 copy log-softmax keeps, and in the
-backward pass the softmax gradient, the gather's gradient and their sum), 2 more under autocast
-(the head's bf16 output). With a 150k vocabulary they are the largest activation by far.
+(2 r h more). A pass has at most optim.rows_per_pass rows (default: the micro-batch).
+
+The log-probs (pods_bench/logprobs.py) are taken optim.logprob_chunk_tokens completion tokens at a
+time under checkpointing, so only one chunk's logits exist at once: 16 bytes per token x vocabulary
+entry in float32 (measured on CPU, tests/test_planning.py: the float32 logits, and in the backward
+pass the softmax gradient, the gather's gradient and their sum), 2 more under autocast (the head's
+bf16 output).
 
 Two verdicts: `fits` (the peak at the config's limits, every row as long as allowed) and
 `fits_floor` (without activations: weights, optimizer state, and the gradients and the engine's
@@ -68,8 +81,14 @@ def block_activation_bytes(dims: ModelDims, compute: int, residual: int) -> int:
     return 2 * residual * h + compute * (2 * h + 3 * q + 3 * kv + 4 * f)
 
 
+def logits_bytes(cfg, dims: ModelDims, completion_tokens: int) -> int:
+    """The log-prob chunk's logits: at most optim.logprob_chunk_tokens positions at once."""
+    per_element = 16 + (2 if compute_bytes(cfg) == 2 else 0)
+    return min(completion_tokens, cfg.optim.logprob_chunk_tokens) * dims.vocab * per_element
+
+
 def activation_bytes(cfg, dims: ModelDims, rows: int, lengths: Lengths) -> int:
-    """Activations and logits of one micro-batch of `rows` sequences in the update."""
+    """Activations and log-prob logits of one forward/backward pass of `rows` sequences."""
     c, r = compute_bytes(cfg), DTYPE_BYTES[cfg.model.dtype]
     tokens = rows * (lengths.prompt + lengths.completion)
     block = block_activation_bytes(dims, c, r)
@@ -78,8 +97,7 @@ def activation_bytes(cfg, dims: ModelDims, rows: int, lengths: Lengths) -> int:
     else:
         blocks = dims.layers * block * tokens
     outside = 4 * r * dims.hidden * tokens  # the final norm's input and output, the gradient in flight
-    logits = rows * (lengths.completion + 1) * dims.vocab * (16 + (2 if c == 2 else 0))
-    return blocks + outside + logits
+    return blocks + outside + logits_bytes(cfg, dims, rows * lengths.completion)
 
 
 def kv_bytes_per_token(dims: ModelDims, compute: int) -> int:
@@ -92,6 +110,17 @@ def sequences_per_process(cfg, processes: int) -> int:
 
 def trained_per_process(cfg, processes: int) -> int:
     return cfg.prompts_per_step // processes * cfg.selection.groups_per_prompt * cfg.selection.m
+
+
+def rows_per_pass(cfg, processes: int) -> int:
+    """Rows of the largest forward/backward pass of the update (pods_bench/train.py loss_passes)."""
+    micro = min(cfg.optim.micro_batch_size, trained_per_process(cfg, processes))
+    return min(cfg.optim.rows_per_pass or micro, micro)
+
+
+def autocast_cache_bytes(cfg, dims: ModelDims) -> int:
+    """bf16 copies of the float32 weights that autocast keeps while a forward pass or generate runs."""
+    return dims.params * 2 if compute_bytes(cfg) == 2 and DTYPE_BYTES[cfg.model.dtype] == 4 else 0
 
 
 def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | None = None) -> dict:
@@ -110,9 +139,10 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
         "reference_model": dims.params * w if cfg.loss.beta > 0 and not cfg.lora.enabled else 0,
         "framework": int(accelerator["framework_overhead_gb"] * GIB),
         "gradients": trainable * 4,
-        "activations": activation_bytes(
-            cfg, dims, min(cfg.optim.micro_batch_size, trained_per_process(cfg, processes)), lengths
-        ),
+        "activations": activation_bytes(cfg, dims, rows_per_pass(cfg, processes), lengths),
+        "autocast_cache": autocast_cache_bytes(cfg, dims),
+        # torch's multi-tensor (foreach) AdamW, the CUDA default: one fp32 temporary per parameter
+        "optimizer_step": math.ceil(trainable * 4 / shards) if hardware["device"] == "cuda" else 0,
     }
     rows = sequences_per_process(cfg, processes)
     vllm = cfg.engine.name == "vllm"
@@ -133,11 +163,14 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
         parts["engine"] = kv + rows_per_call * dims.vocab * 4 * 2  # + the step's logits and their softmax
         concurrent = rows_per_call
     persistent = parts["weights"] + parts["optimizer"] + parts["reference_model"] + parts["framework"]
-    update = parts["gradients"] + parts["activations"]
-    peak = persistent + update + parts["engine"] if vllm else persistent + max(update, parts["engine"])
+    update = parts["gradients"] + parts["activations"] + parts["autocast_cache"]
+    step = parts["gradients"] + parts["optimizer_step"]
+    generation = parts["engine"] + (0 if vllm else parts["autocast_cache"])  # vLLM holds its own weights
+    # vLLM's share is reserved for the whole run; HF generate's cache and the update take turns
+    # (gradients are freed after each optimizer step)
+    peak = persistent + max(update, step) + generation if vllm else persistent + max(update, step, generation)
     capacity = int(accelerator["memory_gib"] * GIB)
-    # HF generate's cache and the gradients take turns (gradients are freed after each update)
-    floor = persistent + (parts["gradients"] + parts["engine"] if vllm else max(parts["gradients"], parts["engine"]))
+    floor = persistent + (step + generation if vllm else max(step, generation))
     return {
         "parts": parts,
         "trainable_params": trainable,

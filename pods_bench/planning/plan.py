@@ -16,7 +16,17 @@ from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.memory import GIB, memory_estimate
 from pods_bench.planning.step_time import StepTimeModel, from_hardware, predict
 
-MEMORY_PARTS = ("weights", "optimizer", "reference_model", "framework", "gradients", "activations", "engine")
+MEMORY_PARTS = (
+    "weights",
+    "optimizer",
+    "reference_model",
+    "framework",
+    "gradients",
+    "activations",
+    "autocast_cache",
+    "optimizer_step",
+    "engine",
+)
 
 
 def gib(x: float) -> float:
@@ -78,7 +88,8 @@ def verdict_line(row: dict) -> str | None:
     return (
         f"arm {row['arm']} may run out of memory on {row['hardware']}: its longest batches need "
         f"{row['mem_peak_gib']} GiB per device of {row['mem_capacity_gib']} ({largest}); a smaller "
-        "optim.micro_batch_size or model.gradient_checkpointing lowers it"
+        "optim.rows_per_pass or optim.logprob_chunk_tokens, or model.gradient_checkpointing, lowers it "
+        "without changing the update"
     )
 
 
@@ -120,13 +131,15 @@ def plan(config_path: str | Path, hardware_name: str | None = None, step_model_p
 
 def markdown(rows: list[dict]) -> str:
     """The plan as a Markdown table (memory in GiB per device, times in seconds per step)."""
-    head = ["arm", "n/m", "peak GiB", "of", "fits", "floor GiB", "weights", "optim", "grads", "activations", "engine"]
+    shown = ("weights", "optimizer", "gradients", "activations", "autocast_cache", "optimizer_step", "engine")
+    head = ["arm", "n/m", "peak GiB", "of", "fits", "floor GiB", "weights", "optim", "grads", "activations"]
+    head += ["autocast", "optim step", "engine"]
     head += ["gen s", "reward s", "update s", "sync s", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         fits = "yes" if r["fits"] else ("at most" if r["fits_floor"] else "NO")
         cells = [r["arm"], f"{r['n']}/{r['m']}", r["mem_peak_gib"], r["mem_capacity_gib"], fits, r["mem_floor_gib"]]
-        cells += [r[f"mem_{p}_gib"] for p in ("weights", "optimizer", "gradients", "activations", "engine")]
+        cells += [r[f"mem_{p}_gib"] for p in shown]
         cells += [r[f"time_{p}_s"] for p in ("gen", "reward", "update", "sync")] + [r["step_s"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
