@@ -30,6 +30,7 @@ from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
 from pods_bench.io import atomic_write_json
 from pods_bench.run_dir import CHECKPOINTS
+from pods_bench.sharding import full_model_state, full_optimizer_state, is_sharded, load_optimizer_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
 
@@ -102,11 +103,15 @@ def reference_model(cfg, policy):
 
 def params_sha256(model) -> str:
     """Hash of the trainable parameters (names and exact bytes)."""
+    return state_sha256({name: p for name, p in model.named_parameters() if p.requires_grad})
+
+
+def state_sha256(tensors: dict) -> str:
+    """Hash of named tensors (names and exact bytes), in name order."""
     h = hashlib.sha256()
-    for name, p in sorted(model.named_parameters()):
-        if p.requires_grad:
-            h.update(name.encode())
-            h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for name, p in sorted(tensors.items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -195,18 +200,23 @@ def save_checkpoint(
         tmp.mkdir(parents=True)
         failpoint("checkpoint")
     accelerator.wait_for_everyone()
-    sha = params_sha256(model)
+    if is_sharded(model):  # the whole model and optimizer state, gathered on rank 0 (collective calls)
+        weights, optimizer_state = full_model_state(model), full_optimizer_state(model, optimizer)
+        sha = state_sha256(weights) if accelerator.is_main_process else None
+    else:
+        weights, sha = None, params_sha256(model)
+        if hasattr(optimizer, "consolidate_state_dict"):  # sharded (ZeroRedundancyOptimizer): gather on rank 0
+            optimizer.consolidate_state_dict(to=0)
+        optimizer_state = optimizer.state_dict() if accelerator.is_main_process else None
     allocation = allocator.state_dict() if allocator is not None else {}
     torch.save(
         {"rng": rng_state(selection_generator), "params_sha256": sha, "allocation": allocation},
         tmp / f"rank-{rank}.pt",
     )
-    if hasattr(optimizer, "consolidate_state_dict"):  # sharded (ZeroRedundancyOptimizer): gather on rank 0
-        optimizer.consolidate_state_dict(to=0)
     if accelerator.is_main_process:
-        model.save_pretrained(tmp / "model")
+        model.save_pretrained(tmp / "model", state_dict=weights)
         tokenizer.save_pretrained(tmp / "model")
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "trainer.pt")
+        torch.save({"optimizer": optimizer_state, "scheduler": scheduler.state_dict()}, tmp / "trainer.pt")
     accelerator.wait_for_everyone()  # every rank file is written
     if accelerator.is_main_process:
         state = {
@@ -234,7 +244,10 @@ def load_training_state(checkpoint: Path, learner, selection_generator, allocato
             f"resume it with the same number (now {accelerator.num_processes})"
         )
     trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
-    optimizer.load_state_dict(trainer["optimizer"])
+    if is_sharded(learner.model):  # rank 0's full state, scattered into the shards
+        load_optimizer_state(learner.model, optimizer, trainer["optimizer"], accelerator.is_main_process)
+    else:
+        optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
     rank_state = torch.load(checkpoint / f"rank-{accelerator.process_index}.pt", weights_only=False)
     set_rng_state(rank_state["rng"], selection_generator)

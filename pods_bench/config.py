@@ -264,6 +264,9 @@ class OptimConfig:
     # several processes: each keeps the AdamW state of 1/K of the parameters (ZeRO stage 1, PyTorch's
     # ZeroRedundancyOptimizer); the update is the same as unsharded AdamW (tests/test_sharded_optimizer.py)
     shard_optimizer_state: bool = False
+    # several processes, full fine-tuning: the float32 weights, gradients and AdamW state 1/K per
+    # process, bf16 parameters gathered for compute (PyTorch FSDP2, pods_bench/sharding.py)
+    fsdp: bool = False
 
     def __post_init__(self):
         _require(self.lr > 0, "config key optim.lr must be > 0")
@@ -609,10 +612,30 @@ def validate(cfg: TrainConfig) -> None:
         f"config key model.dtype: full fine-tuning keeps float32 master weights (AdamW steps of ~lr round away "
         f"in {cfg.model.dtype}); set model.dtype=float32 and model.mixed_precision=bf16 for bf16 compute",
     )
+    check_fsdp(cfg)
     b = cfg.budget
     _require(
         b.max_train_time_s is not None or b.max_steps is not None,
         "config key budget: set max_train_time_s or max_steps",
+    )
+
+
+def check_fsdp(cfg: TrainConfig) -> None:
+    """optim.fsdp shards full fine-tuning; the combinations it was not built for are refused."""
+    if not cfg.optim.fsdp:
+        return
+    _require(not cfg.lora.enabled, "config key optim.fsdp: shards full fine-tuning; with LoRA set lora.enabled=false")
+    _require(
+        not cfg.optim.shard_optimizer_state,
+        "config key optim.fsdp: shards the optimizer state already; set optim.shard_optimizer_state=false",
+    )
+    _require(
+        cfg.loss.beta == 0,
+        "config key optim.fsdp: the KL term's reference model is not sharded; use loss.beta=0 or optim.fsdp=false",
+    )
+    _require(
+        cfg.model.mixed_precision in (None, "no", "bf16"),
+        "config key optim.fsdp: computes in bf16 (model.mixed_precision=bf16) or float32 (no)",
     )
 
 

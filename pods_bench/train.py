@@ -52,6 +52,7 @@ from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
 from pods_bench.logprobs import head_returns_logprobs
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, phase_field
+from pods_bench.sharding import gathered, gradient_sync, is_sharded, shard, total_norm, uses_fsdp
 from pods_bench.tasks.prompts import render_prompts
 
 # Config keys that may change when a run is resumed (e.g. a larger budget); anything else must match.
@@ -309,7 +310,7 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
         stats["lr"] = scheduler.get_last_lr()[0]
         for i in range(n_micro):
             last = i == n_micro - 1
-            with nullcontext() if last else accelerator.no_sync(model):  # all-reduce once, at the end
+            with gradient_sync_at_last(model, accelerator, last):  # all-reduce once, at the end
                 if i < len(micro):
                     b = micro[i]
                     logp = completion_logprobs(model, b, temperature, chunk)
@@ -330,11 +331,23 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
                     loss = model(input_ids=dummy, use_cache=False).logits.sum() * 0.0
                 accelerator.backward(loss)
         grad_norm = accelerator.clip_grad_norm_(params, cfg.optim.max_grad_norm)
-        stats["grad_norm"] += float(grad_norm) / updates
+        stats["grad_norm"] += total_norm(grad_norm) / updates
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     return stats
+
+
+@contextmanager
+def gradient_sync_at_last(model, accelerator, last: bool):
+    """Gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last backward pass of an
+    update only; the others accumulate locally."""
+    if is_sharded(model):
+        gradient_sync(model, last)
+        yield
+    else:
+        with nullcontext() if last else accelerator.no_sync(model):
+            yield
 
 
 def make_optimizer(model, cfg: TrainConfig, world: int):
@@ -363,8 +376,11 @@ def make_learner(cfg: TrainConfig, accelerator, resume_from: Path | None):
     policy, tokenizer = ckpt.load_policy(cfg, resume_from)
     set_seed(derived_seed(cfg.seed, accelerator.process_index))  # from here on dropout differs per process
     ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 else None
-    model = accelerator.prepare(policy)
-    policy = accelerator.unwrap_model(model)
+    if uses_fsdp(cfg, accelerator.num_processes):  # sharded in place: the model is the policy
+        model = policy = shard(policy, cfg, accelerator.device)
+    else:
+        model = accelerator.prepare(policy)
+        policy = accelerator.unwrap_model(model)
     if ref_model is not None:
         ref_model.to(accelerator.device)
     optimizer = make_optimizer(model, cfg, accelerator.num_processes)
@@ -636,7 +652,8 @@ class Run:
         self.engine = make_engine(self.cfg, self.learner.policy, self.tokenizer)
         self.reward_fn = RewardFunction(self.cfg.reward)
         self.reward_fn(["<answer>0</answer>"], ["0"])
-        self.engine.generate(self.prompts[:1], 2, replace(self.cfg.sampling, max_new_tokens=8, seed=0))
+        with gathered(self.learner.model):
+            self.engine.generate(self.prompts[:1], 2, replace(self.cfg.sampling, max_new_tokens=8, seed=0))
 
     def close(self) -> None:
         for resource in (self.engine, self.reward_fn):
@@ -654,9 +671,10 @@ class Run:
         self.evaluate_pending(path)
 
     def evaluate_pending(self, checkpoint: Path) -> None:
-        if self.cfg.eval.inline and self.accelerator.is_main_process:
-            evaluate_missing(self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn)
-        self.accelerator.wait_for_everyone()
+        with gathered(self.learner.model):  # every process gathers; rank 0 evaluates on whole weights
+            if self.cfg.eval.inline and self.accelerator.is_main_process:
+                evaluate_missing(self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn)
+            self.accelerator.wait_for_everyone()
 
 
 def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tuple[Run, int]:
@@ -685,7 +703,8 @@ def make_accelerator(cfg: TrainConfig):
 
     accelerator = Accelerator(
         cpu=cfg.device == "cpu",
-        mixed_precision=cfg.model.mixed_precision,
+        # FSDP casts the parameters to bf16 itself (sharding.py): no autocast on top
+        mixed_precision="no" if cfg.optim.fsdp else cfg.model.mixed_precision,
         kwargs_handlers=[
             InitProcessGroupKwargs(timeout=timedelta(hours=4)),  # rank 0 evaluates inline
             # gradients live in DDP's all-reduce buckets instead of beside them: one copy, not two
@@ -713,7 +732,8 @@ def train_step(run: Run, stream: PromptStream) -> dict:
     # the sampler times generation and grading, the strategy's own bookkeeping counts as selection
     failpoint("gen")
     sampler, started = RolloutSampler(run, stream, times), time.perf_counter()
-    batch, allocation = run.allocator.collect(sampler)
+    with gathered(run.learner.model):  # sharded weights: whole while the engine samples
+        batch, allocation = run.allocator.collect(sampler)
     times["select"] = max(0.0, time.perf_counter() - started - times.get("gen", 0.0) - times.get("reward", 0.0))
     rewards = torch.from_numpy(batch.rewards)
 
@@ -727,7 +747,7 @@ def train_step(run: Run, stream: PromptStream) -> dict:
         update = update_policy(run.learner, kept.sequences, cfg)
 
     # 7. weight sync
-    with timed(times, "sync", accelerator.device):
+    with timed(times, "sync", accelerator.device), gathered(run.learner.model):
         run.engine.sync_weights(run.learner.policy)
 
     # the clock (every process agrees: the slowest one's phases) and the record
@@ -757,6 +777,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     if main:
         open_run_folder(cfg, resume_from, p.step, lock)
         hardware = {**run_info.hardware(accelerator.num_processes), "mixed_precision": accelerator.mixed_precision}
+        if is_sharded(run.learner.model):  # FSDP casts the parameters, not accelerate's autocast
+            hardware |= {"mixed_precision": cfg.model.mixed_precision or "no", "sharding": "fsdp2"}
         run_folder.start_run(
             cfg,
             previous,

@@ -85,13 +85,17 @@ def test_two_processes_train_identical_weights_and_log_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path):
+@pytest.mark.parametrize("optim", [{}, {"fsdp": True}], ids=["ddp", "fsdp"])
+def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path, optim):
     """SIGKILL to the launcher and both training processes (a preempted 8-GPU job, in small), then
-    the same command again: the run resumes from its last checkpoint on both processes."""
+    the same command again: the run resumes from its last checkpoint on both processes. Also with
+    the weights, gradients and optimizer state sharded (FSDP): the checkpoint's gathered state is
+    scattered back into the shards exactly."""
     settings = dict(
         budget={"max_steps": 6, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
         eval={"n_problems": 4},
         reward={"workers": 1, "timeout_s": 10},  # wall-clock timeouts: not hit by chance on a busy machine
+        optim=optim,
     )
     runs = {}
     for name in ("straight", "killed"):

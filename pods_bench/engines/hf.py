@@ -150,8 +150,13 @@ class HFEngine(RolloutEngine):
             pad_token_id=self.pad_id,
         )
         with neutral_generation_config(self.model):
+            # synced_gpus=False: transformers would otherwise keep the processes of a sharded (FSDP)
+            # model decoding in lockstep; the trainer generates on gathered, whole weights instead
             out = self.model.generate(
-                **batch, generation_config=config, logits_processor=LogitsProcessorList([recorder])
+                **batch,
+                generation_config=config,
+                logits_processor=LogitsProcessorList([recorder]),
+                synced_gpus=False,
             )
         new_tokens = out[:, batch["input_ids"].shape[1] :]
         token_logprobs = recorder.logprobs(new_tokens)

@@ -1,0 +1,121 @@
+"""Full fine-tuning sharded over the processes with PyTorch FSDP2 (`optim.fsdp`).
+
+The layout of the authors' 8-GPU runs (DeepSpeed ZeRO-2 with bf16, open-r1 exp.sh at 9459b96):
+float32 master weights, AdamW state and gradients held 1/K per process, bf16 parameters for the
+forward pass and for generation. FSDP2 (`torch.distributed.fsdp.fully_shard`) gives it with
+`MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: each decoder layer and the rest of
+the model are sharded units; a unit's bf16 parameters are all-gathered for its forward and backward
+pass and freed after, gradients are reduce-scattered in float32, and AdamW steps each process's
+float32 shard. Beyond ZeRO-2, the parameters are sharded between passes too (ZeRO-3), which only
+saves memory. Chosen over DeepSpeed through accelerate because it is part of torch (no extra
+dependency or compiled op), runs with gloo on CPU, and its units are ordinary modules, so HF
+`generate`, the log-prob head (pods_bench/logprobs.py) and checkpoints work on them unchanged.
+
+Generation and evaluation run on whole weights: `gathered` all-gathers every unit once and keeps
+it whole until the block ends (a decode step must not all-gather: the processes' generate calls run
+different numbers of steps). Checkpoints hold the full float32 model (an ordinary Hugging Face
+folder) and the full optimizer state, gathered on rank 0, and are loaded back into the shards.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+
+def uses_fsdp(cfg, processes: int) -> bool:
+    return cfg.optim.fsdp and processes > 1
+
+
+def is_sharded(model) -> bool:
+    return isinstance(model, FSDPModule)
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The repeated blocks of a Llama/Qwen causal LM (model.model.layers)."""
+    return list(model.get_decoder().layers)
+
+
+def shard(model, cfg, device) -> torch.nn.Module:
+    """Shard `model` (float32 weights) in place: one FSDP unit per decoder layer and one for the rest
+    (embeddings, final norm and the output layer, which may share the embeddings' weight)."""
+    compute = torch.bfloat16 if cfg.model.mixed_precision == "bf16" else None
+    policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+    model.to(device)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+def units(model) -> list[FSDPModule]:
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextmanager
+def gathered(model):
+    """Every unit whole (bf16 under mixed precision) for the block: generation, evaluation and the
+    weight sync read the plain module. A collective call: every process enters it. No-op unsharded."""
+    if not is_sharded(model):
+        yield
+        return
+    fsdp_units = units(model)
+    for unit in fsdp_units:
+        unit.set_reshard_after_forward(False)  # a forward pass inside must not free (or gather) again
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in fsdp_units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True)
+
+
+def gradient_sync(model, enabled: bool) -> None:
+    """Reduce-scatter gradients in this backward pass (the last of an update) or keep accumulating."""
+    model.set_requires_gradient_sync(enabled)
+
+
+def total_norm(norm) -> float:
+    """clip_grad_norm_'s result as a number (a DTensor when the gradients are sharded)."""
+    return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+
+
+# --- checkpoints: full state on rank 0 -----------------------------------------------------------
+
+
+def full_model_state(model) -> dict:
+    """The whole float32 state dict, on CPU, on rank 0 (empty elsewhere), without the second name of a
+    tied weight (the output layer sharing the embeddings), as save_pretrained writes it. A collective call."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    return {name: tensor for name, tensor in state.items() if name not in tied}
+
+
+def full_optimizer_state(model, optimizer) -> dict:
+    """AdamW's whole state keyed by parameter name, on CPU, on rank 0. A collective call.
+
+    Before the first step there is no state, and torch's state-dict helpers would create it with a
+    zero-gradient step, which advances AdamW's step count and so changes its bias correction for
+    the rest of the run; the empty state is saved as it is instead."""
+    if not optimizer.state:
+        return optimizer.state_dict()
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_optimizer_state(model, optimizer, saved: dict, main: bool) -> None:
+    """Scatter rank 0's full optimizer state into every process's shard (every process passes the
+    saved state; only rank 0's is read). A collective call unless the state is empty."""
+    if not saved["state"]:  # saved before the first step: a fresh optimizer is that state
+        return
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved if main else {}, options=options)

@@ -1,0 +1,127 @@
+"""Full fine-tuning sharded with FSDP2 (`optim.fsdp`, pods_bench/sharding.py), two real processes on
+CPU (gloo): the sharded update's gradient is the whole batch's, for every loss aggregation; a
+sharded run trains as the unsharded one does and its checkpoints are ordinary float32 model folders;
+under bf16 the shards stay float32 while compute and generation see bf16. The kill -9 resume of a
+sharded run is in tests/test_multiprocess.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from tests.test_logprobs import AGGREGATIONS, make_cfg, reference_gradient
+from tests.test_multiprocess import ENV, free_port, two_process_command
+from tests.tiny_runs import read_lines, tiny_run
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+SHARDED_UPDATE = """
+import json, sys, torch
+from dataclasses import replace
+from accelerate import Accelerator
+from pods_bench.checkpoint import load_policy
+from pods_bench.sharding import full_model_state, is_sharded, shard
+from pods_bench.train import Learner, update_policy
+from tests.test_logprobs import make_cfg, make_sequences
+accelerator = Accelerator(cpu=True)
+share = make_sequences()[accelerator.process_index :: 2]
+out = {}
+for aggregation, rows_per_pass, chunk in json.loads(sys.argv[1]):
+    cfg = make_cfg(aggregation, rows_per_pass, chunk, micro=2)
+    cfg = replace(cfg, optim=replace(cfg.optim, fsdp=True))
+    policy, tokenizer = load_policy(cfg)
+    names = [name for name, _ in policy.named_parameters()]
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    shard(policy, cfg, accelerator.device)
+    assert is_sharded(policy)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    update_policy(Learner(policy, policy, None, optimizer, scheduler, accelerator, tokenizer.pad_token_id), share, cfg)
+    after = full_model_state(policy)  # rank 0 only
+    if accelerator.is_main_process:
+        out[f"{aggregation}/{rows_per_pass}/{chunk}"] = torch.cat([(before[n] - after[n]).flatten() for n in names]).tolist()
+if accelerator.is_main_process:
+    print("RESULT " + json.dumps(out))
+"""
+
+
+def test_the_sharded_update_gives_the_gradient_of_the_whole_batch(tmp_path):
+    """SGD with learning rate 1 on the shards: the step is minus the reduce-scattered gradient, which
+    must equal the gradient of the whole batch's loss built by hand (tests/test_logprobs.py)."""
+    cases = [(a, r, c) for a in AGGREGATIONS for r, c in [(None, 4096), (1, 3)]]
+    script = tmp_path / "sharded_update.py"
+    script.write_text(SHARDED_UPDATE)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    command += ["--master_port", str(free_port()), str(script), json.dumps(cases)]
+    out = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    from tests.test_logprobs import make_sequences
+
+    sequences = make_sequences()
+    shares = [sequences[0::2], sequences[1::2]]
+    for aggregation, rows_per_pass, chunk in cases:
+        if aggregation == "micro_batch_token":  # the processes' micro-batches of 2
+            ordered = [s for share in shares for i in range(0, len(share), 2) for s in share[i : i + 2]]
+            expected = reference_gradient(make_cfg(aggregation, micro=2), ordered)
+        else:
+            expected = reference_gradient(make_cfg(aggregation), sequences)
+        got = torch.tensor(results[f"{aggregation}/{rows_per_pass}/{chunk}"])
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6), (aggregation, rows_per_pass, chunk)
+
+
+def launch(tmp_path: Path, name: str, **sections) -> Path:
+    run_dir = tmp_path / name
+    config = tmp_path / f"{name}.yaml"
+    settings = tiny_run(run_dir, budget={"max_steps": 2, "checkpoint_every_s": 3600}, eval={"n_problems": 4})
+    for section, values in sections.items():
+        settings[section] = {**settings.get(section, {}), **values}
+    config.write_text(yaml.safe_dump(settings))
+    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+def test_a_sharded_run_trains_as_the_unsharded_one(tmp_path):
+    """Float32 both: the first step samples the same rollouts from the same initial weights and takes
+    the same update (AdamW turns the last bits of a gradient entry near 0 into a whole lr-sized step
+    of either sign, so weights are compared element by element with that in mind)."""
+    plain = launch(tmp_path, "ddp", budget={"max_steps": 1})
+    sharded = launch(tmp_path, "fsdp", budget={"max_steps": 1}, optim={"fsdp": True})
+    assert json.loads((sharded / "run.json").read_text())["hardware"]["sharding"] == "fsdp2"
+    a, b = read_lines(plain / "train_log.jsonl")[0], read_lines(sharded / "train_log.jsonl")[0]
+    for key in ("reward_mean", "reward_std", "generated_tokens", "trained_tokens", "loss"):
+        assert a[key] == b[key], key
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    weights = [load_file(run / "checkpoints/step-000001/model/model.safetensors") for run in (plain, sharded)]
+    assert sorted(weights[0]) == sorted(weights[1])
+    for name, w in weights[0].items():
+        assert weights[1][name].dtype == torch.float32
+        differs = (w - weights[1][name]).abs() > 1e-6
+        assert differs.float().mean() < 0.01, name  # a few sign flips at most
+    # the step-0 evaluation (rank 0 generating on the gathered weights) saw the same model
+    evals = [read_lines(run / "eval.jsonl")[0] for run in (plain, sharded)]
+    assert evals[0]["checkpoint"] == "step-000000" and evals[0]["examples"] == evals[1]["examples"]
+
+
+def test_bf16_compute_keeps_float32_shards(tmp_path):
+    """mixed_precision bf16: FSDP gathers bf16 parameters for compute and generation, the shards
+    (master weights) and so the checkpoints stay float32, and the weights move."""
+    run = launch(tmp_path, "bf16", model={"mixed_precision": "bf16"}, optim={"fsdp": True})
+    info = json.loads((run / "run.json").read_text())
+    assert info["hardware"]["mixed_precision"] == "bf16" and info["status"] == "finished"
+    steps = read_lines(run / "train_log.jsonl")
+    assert len(steps) == 2 and all(r["grad_norm"] > 0 for r in steps)
+    first, last = (load_file(run / f"checkpoints/{c}/model/model.safetensors") for c in ("step-000000", "step-000002"))
+    assert {t.dtype for t in last.values()} == {torch.float32}
+    assert any(not torch.equal(first[k], last[k]) for k in first)
