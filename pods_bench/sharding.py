@@ -62,10 +62,11 @@ def units(model) -> list[FSDPModule]:
 
 
 @contextmanager
-def gathered(model):
-    """Every unit whole (bf16 under mixed precision) for the block: generation, evaluation and the
-    weight sync read the plain module. A collective call: every process enters it. No-op unsharded."""
-    if not is_sharded(model):
+def gathered(model, engine):
+    """Every unit whole (bf16 under mixed precision) for the block, where `engine` samples from the
+    trainer's own module (HF generate). A collective call: every process enters it. A no-op when the
+    model is not sharded or the engine holds its own weights (vLLM: its sync gathers them)."""
+    if not is_sharded(model) or not engine.samples_from_trainer:
         yield
         return
     fsdp_units = units(model)

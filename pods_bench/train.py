@@ -652,7 +652,7 @@ class Run:
         self.engine = make_engine(self.cfg, self.learner.policy, self.tokenizer)
         self.reward_fn = RewardFunction(self.cfg.reward)
         self.reward_fn(["<answer>0</answer>"], ["0"])
-        with gathered(self.learner.model):
+        with gathered(self.learner.model, self.engine):
             self.engine.generate(self.prompts[:1], 2, replace(self.cfg.sampling, max_new_tokens=8, seed=0))
 
     def close(self) -> None:
@@ -671,7 +671,7 @@ class Run:
         self.evaluate_pending(path)
 
     def evaluate_pending(self, checkpoint: Path) -> None:
-        with gathered(self.learner.model):  # every process gathers; rank 0 evaluates on whole weights
+        with gathered(self.learner.model, self.engine):  # all gather; rank 0 evaluates on whole weights
             if self.cfg.eval.inline and self.accelerator.is_main_process:
                 evaluate_missing(self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn)
             self.accelerator.wait_for_everyone()
@@ -732,7 +732,7 @@ def train_step(run: Run, stream: PromptStream) -> dict:
     # the sampler times generation and grading, the strategy's own bookkeeping counts as selection
     failpoint("gen")
     sampler, started = RolloutSampler(run, stream, times), time.perf_counter()
-    with gathered(run.learner.model):  # sharded weights: whole while the engine samples
+    with gathered(run.learner.model, run.engine):  # sharded weights: whole while HF generate samples
         batch, allocation = run.allocator.collect(sampler)
     times["select"] = max(0.0, time.perf_counter() - started - times.get("gen", 0.0) - times.get("reward", 0.0))
     rewards = torch.from_numpy(batch.rewards)
@@ -747,7 +747,7 @@ def train_step(run: Run, stream: PromptStream) -> dict:
         update = update_policy(run.learner, kept.sequences, cfg)
 
     # 7. weight sync
-    with timed(times, "sync", accelerator.device), gathered(run.learner.model):
+    with timed(times, "sync", accelerator.device):
         run.engine.sync_weights(run.learner.policy)
 
     # the clock (every process agrees: the slowest one's phases) and the record

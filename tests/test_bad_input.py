@@ -238,6 +238,20 @@ CASES = [
         NO_RUN,
     ),
     Case(
+        "sharded full fine-tuning (optim.fsdp) with LoRA",
+        train_config(optim={"fsdp": True}, lora={"enabled": True}),
+        TRAIN,
+        "pods-bench: error: config key optim.fsdp: shards full fine-tuning; with LoRA set lora.enabled=false",
+        NO_RUN,
+    ),
+    Case(
+        "optim.rows_per_pass below 1",
+        train_config(),
+        TRAIN + " --set optim.rows_per_pass=0",
+        "pods-bench: error: config key optim.rows_per_pass must be >= 1",
+        NO_RUN,
+    ),
+    Case(
         "m > n",
         train_config(),
         TRAIN + " --set selection.m=8",
@@ -546,8 +560,8 @@ CASES = [
         workflow_config(too_big_for_l40s),
         DRY_RUN,
         WORKFLOW + "arm grpo_n16_m16 cannot fit on l40s: weights, optimizer state, gradients and the engine alone "
-        "need 114.98 GiB per device of 44.99 (largest part: optimizer 56.74 GiB); use LoRA, "
-        "optim.shard_optimizer_state, more processes or a smaller engine share",
+        "need 143.35 GiB per device of 44.99 (largest part: optimizer 56.74 GiB); use LoRA, "
+        "optim.fsdp (full fine-tuning on several processes), more processes or a smaller engine share",
         NO_RESULTS,
     ),
     Case(

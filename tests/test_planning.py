@@ -129,6 +129,33 @@ def test_memory_parts_by_hand():
     assert cuda["parts"]["optimizer_step"] == params * 4
 
 
+def test_fsdp_by_hand():
+    """optim.fsdp on 4 processes, bf16 compute: float32 weights, gradients and AdamW state 1/4 each, no
+    autocast cache; the whole model gathered in bf16 while HF generates; in the update the root unit
+    and two layers gathered (bf16) with their float32 gradients; a bf16 residual stream."""
+    cfg = tiny_cfg(
+        prompts_per_step=4,
+        selection={"rule": "max_variance", "n": 8, "m": 4},
+        optim={"micro_batch_size": 4, "fsdp": True},
+        model={"name": "tiny", "tiny": TINY, "mixed_precision": "bf16"},
+    )
+    dims = model_dims(cfg.model)
+    hw = {"processes": 4, "device": "cuda", "accelerator": {"memory_gib": 1.0, "framework_overhead_gb": 0.5}}
+    parts = memory_estimate(cfg, dims, hw, Lengths(10, 6))["parts"]
+    params, layer = dims.params, dims.layer_params
+    assert parts["weights"] == params * 4 / 4 and parts["gradients"] == params * 4 / 4
+    assert parts["optimizer"] == 2 * params * 4 / 4 and parts["optimizer_step"] == params * 4 / 4
+    assert parts["autocast_cache"] == 0 and parts["gathered_weights"] == params * 2
+    assert parts["gathered_units"] == (params - 2 * layer + 2 * layer) * (2 + 4)
+    # one prompt per process: 4 rows of 16 tokens; r = c = 2
+    tokens = 4 * 16
+    block = 2 * 2 * 32 + 2 * (5 * 32 + 3 * 16 + 4 * 64)
+    assert parts["activations"] == 2 * block * tokens + 4 * 2 * 32 * tokens + 4 * 6 * 104 * 18
+    # the same config on one process is not sharded
+    one = memory_estimate(cfg, dims, {**hw, "processes": 1}, Lengths(10, 6))["parts"]
+    assert one["weights"] == params * 4 and one["gathered_weights"] == 0 and one["autocast_cache"] == params * 2
+
+
 def test_lora_sharding_checkpointing_and_vllm_by_hand():
     cfg = config_from_dict(
         {

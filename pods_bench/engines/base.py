@@ -87,6 +87,8 @@ class RolloutEngine(ABC):
     """Samples completions from the current policy."""
 
     name: str = "base"
+    # whether generate runs the trainer's own module (then a sharded model is gathered around it)
+    samples_from_trainer: bool = False
 
     @abstractmethod
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Rollouts:

@@ -84,6 +84,7 @@ def neutral_generation_config(model):
 
 class HFEngine(RolloutEngine):
     name = "hf"
+    samples_from_trainer = True
 
     def __init__(self, model, tokenizer, max_batch: int = 256, autocast_dtype: torch.dtype | None = None):
         self.model = model

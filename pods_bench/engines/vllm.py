@@ -97,9 +97,13 @@ def export_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     """
     from peft import PeftModel
     from peft.tuners.lora import LoraLayer
+    from torch.distributed.tensor import DTensor
 
     if not isinstance(model, PeftModel):
-        yield from model.state_dict().items()
+        for name, tensor in model.state_dict().items():
+            # sharded (FSDP) weights are gathered one tensor at a time: a collective every process
+            # runs in the same order, as each syncs its own engine after the same update
+            yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
         return
     base = model.get_base_model()
     lora_layers = {f"{name}.base_layer": m for name, m in base.named_modules() if isinstance(m, LoraLayer)}

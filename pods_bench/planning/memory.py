@@ -16,6 +16,12 @@
     peak         persistent + the largest of update, step and HF generation (they take turns), or
                  with vLLM persistent + the larger of update and step + vLLM's share
 
+With optim.fsdp (pods_bench/sharding.py) over K processes the float32 weights, gradients and AdamW
+state are 1/K each; there is no autocast (FSDP casts), and instead the gathered parameters in the
+compute dtype: the whole model while generating (and evaluating, and syncing the engine), and in
+the update the unit being computed, the next one (prefetched) and the root unit (embeddings, final
+norm, head), with their unsharded gradients before the reduce-scatter (float32).
+
 The autocast cache: under bf16 autocast with float32 weights, every linear layer's weight is cast to
 bf16 once per autocast region and the copy kept until the region ends (the whole forward pass, the
 whole of HF generate): 2 bytes per parameter.
@@ -87,9 +93,11 @@ def logits_bytes(cfg, dims: ModelDims, completion_tokens: int) -> int:
     return min(completion_tokens, cfg.optim.logprob_chunk_tokens) * dims.vocab * per_element
 
 
-def activation_bytes(cfg, dims: ModelDims, rows: int, lengths: Lengths) -> int:
-    """Activations and log-prob logits of one forward/backward pass of `rows` sequences."""
-    c, r = compute_bytes(cfg), DTYPE_BYTES[cfg.model.dtype]
+def activation_bytes(cfg, dims: ModelDims, rows: int, lengths: Lengths, sharded: bool = False) -> int:
+    """Activations and log-prob logits of one forward/backward pass of `rows` sequences. The residual
+    stream is in the weights' dtype, or in the compute dtype when FSDP casts the parameters."""
+    c = compute_bytes(cfg)
+    r = c if sharded else DTYPE_BYTES[cfg.model.dtype]
     tokens = rows * (lengths.prompt + lengths.completion)
     block = block_activation_bytes(dims, c, r)
     if cfg.model.gradient_checkpointing:
@@ -123,6 +131,16 @@ def autocast_cache_bytes(cfg, dims: ModelDims) -> int:
     return dims.params * 2 if compute_bytes(cfg) == 2 and DTYPE_BYTES[cfg.model.dtype] == 4 else 0
 
 
+def uses_fsdp(cfg, processes: int) -> bool:
+    return cfg.optim.fsdp and processes > 1 and not cfg.lora.enabled
+
+
+def gathered_unit_bytes(cfg, dims: ModelDims) -> int:
+    """FSDP's update: the root unit and two decoder layers gathered, with their float32 gradients."""
+    root = dims.params - dims.layers * dims.layer_params
+    return (root + 2 * dims.layer_params) * (compute_bytes(cfg) + 4)
+
+
 def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | None = None) -> dict:
     """Bytes per device by component, with the peak and the verdict against the memory of `hardware`
     (a setup of config/hardware.yaml: its processes, device and accelerator).
@@ -132,15 +150,19 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
     lengths = lengths or Lengths(cfg.task.max_prompt_tokens, cfg.sampling.max_new_tokens)
     c, w = compute_bytes(cfg), DTYPE_BYTES[cfg.model.dtype]
     trainable = trainable_params(cfg, dims)
-    shards = processes if cfg.optim.shard_optimizer_state and processes > 1 else 1
+    fsdp = uses_fsdp(cfg, processes)
+    shards = processes if (cfg.optim.shard_optimizer_state or fsdp) and processes > 1 else 1
+    held = processes if fsdp else 1  # weights and gradients: whole on every process, or 1/K with FSDP
     parts = {
-        "weights": dims.params * w + (trainable * 4 if cfg.lora.enabled else 0),
+        "weights": math.ceil(dims.params * w / held) + (trainable * 4 if cfg.lora.enabled else 0),
         "optimizer": math.ceil(2 * trainable * 4 / shards),
         "reference_model": dims.params * w if cfg.loss.beta > 0 and not cfg.lora.enabled else 0,
         "framework": int(accelerator["framework_overhead_gb"] * GIB),
-        "gradients": trainable * 4,
-        "activations": activation_bytes(cfg, dims, rows_per_pass(cfg, processes), lengths),
-        "autocast_cache": autocast_cache_bytes(cfg, dims),
+        "gradients": math.ceil(trainable * 4 / held),
+        "activations": activation_bytes(cfg, dims, rows_per_pass(cfg, processes), lengths, sharded=fsdp),
+        "autocast_cache": 0 if fsdp else autocast_cache_bytes(cfg, dims),
+        "gathered_weights": dims.params * compute_bytes(cfg) if fsdp else 0,  # the whole model, generating
+        "gathered_units": gathered_unit_bytes(cfg, dims) if fsdp else 0,  # in the update
         # torch's multi-tensor (foreach) AdamW, the CUDA default: one fp32 temporary per parameter
         "optimizer_step": math.ceil(trainable * 4 / shards) if hardware["device"] == "cuda" else 0,
     }
@@ -163,9 +185,10 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
         parts["engine"] = kv + rows_per_call * dims.vocab * 4 * 2  # + the step's logits and their softmax
         concurrent = rows_per_call
     persistent = parts["weights"] + parts["optimizer"] + parts["reference_model"] + parts["framework"]
-    update = parts["gradients"] + parts["activations"] + parts["autocast_cache"]
+    update = parts["gradients"] + parts["activations"] + parts["autocast_cache"] + parts["gathered_units"]
     step = parts["gradients"] + parts["optimizer_step"]
-    generation = parts["engine"] + (0 if vllm else parts["autocast_cache"])  # vLLM holds its own weights
+    # vLLM holds its own weights; HF generate reads the trainer's (cast or gathered)
+    generation = parts["engine"] + (0 if vllm else parts["autocast_cache"] + parts["gathered_weights"])
     # vLLM's share is reserved for the whole run; HF generate's cache and the update take turns
     # (gradients are freed after each optimizer step)
     peak = persistent + max(update, step) + generation if vllm else persistent + max(update, step, generation)

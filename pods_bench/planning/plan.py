@@ -25,6 +25,8 @@ MEMORY_PARTS = (
     "activations",
     "autocast_cache",
     "optimizer_step",
+    "gathered_weights",
+    "gathered_units",
     "engine",
 )
 
@@ -83,7 +85,7 @@ def verdict_line(row: dict) -> str | None:
         return (
             f"arm {row['arm']} cannot fit on {row['hardware']}: weights, optimizer state, gradients and the "
             f"engine alone need {row['mem_floor_gib']} GiB per device of {row['mem_capacity_gib']} ({largest}); "
-            "use LoRA, optim.shard_optimizer_state, more processes or a smaller engine share"
+            "use LoRA, optim.fsdp (full fine-tuning on several processes), more processes or a smaller engine share"
         )
     return (
         f"arm {row['arm']} may run out of memory on {row['hardware']}: its longest batches need "
@@ -131,9 +133,9 @@ def plan(config_path: str | Path, hardware_name: str | None = None, step_model_p
 
 def markdown(rows: list[dict]) -> str:
     """The plan as a Markdown table (memory in GiB per device, times in seconds per step)."""
-    shown = ("weights", "optimizer", "gradients", "activations", "autocast_cache", "optimizer_step", "engine")
+    shown = MEMORY_PARTS[:2] + MEMORY_PARTS[4:]  # the reference model and framework share are in the CSV
     head = ["arm", "n/m", "peak GiB", "of", "fits", "floor GiB", "weights", "optim", "grads", "activations"]
-    head += ["autocast", "optim step", "engine"]
+    head += ["autocast", "optim step", "gathered", "units", "engine"]
     head += ["gen s", "reward s", "update s", "sync s", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
