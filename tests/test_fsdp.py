@@ -80,6 +80,41 @@ def test_the_sharded_update_gives_the_gradient_of_the_whole_batch(tmp_path):
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6), (aggregation, rows_per_pass, chunk)
 
 
+EXPORT = """
+import torch
+from accelerate import Accelerator
+from pods_bench.checkpoint import load_policy
+from pods_bench.engines.vllm import export_weights
+from pods_bench.sharding import shard
+from tests.test_logprobs import make_cfg
+accelerator = Accelerator(cpu=True)
+cfg = make_cfg("sequence")
+policy, _ = load_policy(cfg)
+whole = {k: v.clone() for k, v in policy.state_dict().items()}
+shard(policy, cfg, accelerator.device)
+local = sum(p.to_local().numel() for p in policy.parameters())
+exported = dict(export_weights(policy))  # every process runs the gathers in the same order
+assert sorted(exported) == sorted(whole), sorted(set(exported) ^ set(whole))
+assert all(torch.equal(exported[k], whole[k]) for k in whole)
+assert local < sum(p.numel() for p in whole.values()) * 0.75  # the process held only its share
+print("EXPORTED", accelerator.process_index, len(exported))
+"""
+
+
+def test_the_engine_weight_sync_gathers_sharded_weights(tmp_path):
+    """vLLM's weight sync (export_weights) from a sharded model: on every process the exact whole
+    tensors, under the checkpoint's names, while each process holds about half of them."""
+    script = tmp_path / "export.py"
+    script.write_text(EXPORT)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    command += ["--master_port", str(free_port()), str(script)]
+    out = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(line.split()[1] for line in out.stdout.splitlines() if line.startswith("EXPORTED")) == ["0", "1"]
+
+
 def launch(tmp_path: Path, name: str, **sections) -> Path:
     run_dir = tmp_path / name
     config = tmp_path / f"{name}.yaml"
