@@ -432,6 +432,8 @@ def gpu_check(out, device: str = "auto") -> dict:
     if device == "cuda" and not torch.cuda.is_available():
         raise PodsBenchError("gpu-check --device cuda: no GPU is visible")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PodsBenchError(f"gpu-check --out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     s = shapes(device)

@@ -242,3 +242,21 @@ def test_the_random_models_eos_is_outside_the_sampled_range():
     out = engine.generate(["1 2 3"], 64, SamplingConfig(temperature=1.0, max_new_tokens=64, seed=0))
     assert [len(c) for c in out.completion_ids[0]] == [64] * 64
     assert sum(c.count(0) for c in out.completion_ids[0]) > 0  # the padding id is sampled, and stops nothing
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks for a GPU that is not there")
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for args, message in [
+        (["--out", str(a_file)], f"pods-bench: error: gpu-check --out {a_file}: exists and is not a folder"),
+        (
+            ["--out", str(tmp_path / "out"), "--device", "cuda"],
+            "pods-bench: error: gpu-check --device cuda: no GPU is visible",
+        ),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-m", "pods_bench", "gpu-check", *args], capture_output=True, text=True, cwd=ROOT
+        )
+        assert (out.returncode, out.stderr.strip()) == (2, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
