@@ -62,7 +62,8 @@ strategies: venv
 	@echo "Tables: results/strategies/summary/ (cost.csv: rollouts to the threshold)   Figures: figures/strategies/"
 
 # One short run (minutes on a GPU, no network, no vLLM): the CUDA tests, the smoke model trained on
-# the GPU, one LoRA and one full step at Qwen2.5-3B's size; results/gpu-check/gpu_check.{json,md}.
+# the GPU, LoRA and full steps at Qwen2.5-3B's size (warm-up, then timed); results/gpu-check/gpu_check.{json,md}
+# (rewritten after every part; exit 1 when the CUDA tests fail). docs/cost-model.md#the-gpu-check-make-gpu-check
 gpu-check: venv
 	$(BIN)/python -m pods_bench gpu-check --out results/gpu-check
 

@@ -131,3 +131,60 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", device: 
     if device:
         model.to(device)
     return model, tokenizer
+
+
+# --- random models at a real model's size (the GPU check) --------------------------------------------
+
+
+class TokenIdTokenizer:
+    """Just enough of a tokenizer for HFEngine on token-id prompts (a prompt's 'text' is its ids
+    joined by spaces): nothing is downloaded, and the prompt length is exact.
+
+    Padding is id 0; EOS is `vocab`, one past the last id the model's head can produce, so a random
+    model's rows never stop early (were EOS a real id, every sampled occurrence would end a row)."""
+
+    pad_token_id = 0
+
+    def __init__(self, vocab: int):
+        self.eos_token_id = vocab
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [int(t) for t in text.split()]}
+
+    def pad(self, batch, padding=True, padding_side="left", return_tensors="pt"):
+        import torch
+
+        rows = batch["input_ids"]
+        width = max(map(len, rows))
+        ids = [[self.pad_token_id] * (width - len(r)) + r for r in rows]
+        mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
+        return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(map(str, ids))
+
+
+def build_random_model(dims, dtype: str, device: str):
+    """A randomly initialised Qwen2-architecture causal LM with the dimensions `dims`
+    (pods_bench.planning.architecture.ModelDims), built directly on `device` in `dtype`, with its
+    EOS outside the sampled range (TokenIdTokenizer), so that it decodes to the length limit."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    hf = Qwen2Config(
+        vocab_size=dims.vocab,
+        hidden_size=dims.hidden,
+        num_hidden_layers=dims.layers,
+        num_attention_heads=dims.heads,
+        num_key_value_heads=dims.kv_heads,
+        intermediate_size=dims.intermediate,
+        tie_word_embeddings=dims.tied,
+        max_position_embeddings=4096,
+        pad_token_id=TokenIdTokenizer.pad_token_id,
+        eos_token_id=None,  # the engine takes TokenIdTokenizer's, which the config may not name
+    )
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(hf, dtype=getattr(torch, dtype))
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = TokenIdTokenizer.pad_token_id
+    return model

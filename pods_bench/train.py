@@ -165,10 +165,18 @@ def completion_logprobs(model, batch: dict, temperature: float, chunk_tokens: in
 
 
 def reference_logprobs(policy, ref_model, batch: dict, temperature: float, chunk_tokens: int) -> torch.Tensor:
-    """Log-probs under the reference policy (initial weights; with LoRA: adapters disabled)."""
+    """Log-probs under the reference policy (initial weights; with LoRA: adapters disabled).
+
+    The frozen copy of full fine-tuning computes as the policy does: accelerate wraps the forward
+    of the model it prepared (the policy, marked by `_original_forward`) in the run's autocast, and
+    the copy gets the same here. Outside it, fp32 master weights would run the copy in float32: twice
+    the time and memory, and a KL that starts from the precision gap instead of 0."""
+    from accelerate.utils import get_mixed_precision_context_manager
+
     with torch.no_grad():
         if ref_model is not None:
-            return completion_logprobs(ref_model, batch, temperature, chunk_tokens)
+            with get_mixed_precision_context_manager(native_amp=hasattr(policy, "_original_forward")):
+                return completion_logprobs(ref_model, batch, temperature, chunk_tokens)
         with policy.disable_adapter():
             return completion_logprobs(policy, batch, temperature, chunk_tokens)
 

@@ -57,3 +57,43 @@ def test_a_short_run_trains_on_the_gpu_with_float32_master_weights(tmp_path):
 
     weights = load_file(str(next((latest_checkpoint(tmp_path / "run") / "model").glob("*.safetensors"))))
     assert all(t.dtype == torch.float32 for t in weights.values())
+
+
+# --- what the GPU check (pods_bench/gpu_check.py) reads from the device --------------------------------
+
+
+def test_capacity_is_what_the_device_reports():
+    from pods_bench.gpu_check import hardware_for
+
+    _, hardware = hardware_for("cuda")
+    free, total = torch.cuda.mem_get_info(0)
+    assert hardware["accelerator"]["memory_gib"] == total / 2**30 and 0 < free <= total
+
+
+def test_running_out_of_memory_raises_the_error_the_check_catches_and_the_memory_comes_back():
+    from pods_bench.gpu_check import DeviceMemory
+
+    memory = DeviceMemory("cuda")
+    before = torch.cuda.memory_allocated()
+    _, total = torch.cuda.mem_get_info(0)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+    memory.release()
+    assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.parametrize("mode", ["lora", "full"])
+def test_a_measured_step_reads_resting_memory_and_steady_state_peaks(mode):
+    """Resting memory holds the weights and AdamW's state (the warm-up update made it); each phase's
+    peak is counted from its own start, and the update's lies above what rests."""
+    from dataclasses import replace
+
+    from pods_bench.gpu_check import QWEN_3B, measure_step, paper_config, shapes
+    from pods_bench.planning.architecture import known_models
+
+    s = shapes("cpu")  # tiny lengths, on the GPU
+    dims = replace(known_models()[QWEN_3B], hidden=256, layers=2, heads=4, kv_heads=2, intermediate=512, vocab=4096)
+    row = measure_step(paper_config("cuda", mode, 8, 4, s), dims, "cuda", s)
+    assert row["completion_tokens"] == 8 * s["completion"]
+    assert row["optimizer_mib"] > 0 and row["resting_mib"] >= row["weights_mib"] + row["optimizer_mib"] - 1
+    assert row["peak_gen_mib"] >= row["resting_mib"] and row["peak_update_mib"] > row["resting_mib"]

@@ -1,42 +1,262 @@
 """`make gpu-check` in its CPU mode (tiny shapes), as CI runs it: every part of the GPU check runs
-for real and the report holds what it measured."""
+for real and the report holds what it measured. What only a GPU can show is in tests/test_cuda.py;
+here, without one: a row that runs out of memory (the error injected) is recorded and the check
+goes on, the report is on disk after every part, a rerun starts fresh smoke runs, rows the plan
+says cannot fit are skipped, capacity is the device's, the CUDA tests' exit status and timeout are
+honest, and the random model's EOS is never sampled."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import textwrap
+from dataclasses import replace
 from pathlib import Path
 
+import psutil
+import pytest
+import torch
+
+from pods_bench import gpu_check
+from pods_bench.experiment import hardware_setup
+
 ROOT = Path(__file__).resolve().parents[1]
+GIB = 2**30
 
 
-def test_the_gpu_check_runs_in_cpu_mode_and_reports(tmp_path):
+@pytest.fixture(scope="module")
+def cpu_check(tmp_path_factory):
+    """One run of `pods-bench gpu-check --device cpu`: its folder, exit status, report and markdown."""
+    folder = tmp_path_factory.mktemp("gpu-check")
     out = subprocess.run(
-        [sys.executable, "-m", "pods_bench", "gpu-check", "--device", "cpu", "--out", str(tmp_path)],
+        [sys.executable, "-m", "pods_bench", "gpu-check", "--device", "cpu", "--out", str(folder)],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=ROOT,
     )
+    report = json.loads((folder / "gpu_check.json").read_text()) if (folder / "gpu_check.json").exists() else None
+    return folder, out, report, (folder / "gpu_check.md").read_text() if report else ""
+
+
+def test_the_gpu_check_runs_in_cpu_mode_and_reports(cpu_check):
+    _, out, report, text = cpu_check
     assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert report["device"] == "cpu" and report["hardware_setup"] == "cpu"
-    assert report["cuda_tests"]["ran"] is False
+    assert report["device"] == "cpu" and report["hardware_setup"] == "cpu" and report["complete"] is True
+    assert report["cuda_tests"] == {"ran": False, "passed": None, "why": "no GPU: tests/test_cuda.py skips itself"}
     smoke = {r["arm"]: r for r in report["smoke"]}
     assert set(smoke) == {"grpo_n8_m8", "pods_n8_m2"}
     assert all(r["steps"] == 2 and r["gen_s"] > 0 and r["update_s"] > 0 for r in smoke.values())
     rows = report["paper_scale"]
-    assert [(r["mode"], r["n"], r["m"]) for r in rows] == [
-        ("lora", 4, 4),
-        ("lora", 8, 4),
-        ("full", 4, 4),
-        ("full", 8, 4),
+    assert [(r["mode"], r["n"], r["m"], r["status"]) for r in rows] == [
+        ("lora", 4, 4, "measured"),
+        ("lora", 8, 4, "measured"),
+        ("full", 4, 4, "measured"),
+        ("full", 8, 4, "measured"),
     ]
     for r in rows:
-        assert r["completion_tokens"] == r["n"] * 16  # a random model decodes to the limit
-        assert r["gen_s"] > 0 and r["update_s"] > 0 and r["plan_update_mib"] > 0 and r["plan_gen_s"] > 0
-        assert r["peak_update_mib"] is None  # the CUDA allocator's; on CPU tests/test_planning.py measures
+        assert r["completion_tokens"] == r["n"] * 16  # the random model decodes to the limit
+        assert r["gen_s"] > 0 and r["update_s"] > 0 and r["warmup_gen_s"] > 0 and r["warmup_update_s"] > 0
+        assert r["plan_verdict"] == "fits" and r["plan_update_mib"] > r["plan_resting_mib"] > 0 and r["plan_gen_s"] > 0
+        # the timed update is the second: AdamW's state (two fp32 moments per trainable parameter)
+        # exists by then, as much as the plan counts; the weights are the plan's too
+        assert r["optimizer_mib"] == pytest.approx(r["plan_optimizer_mib"], rel=0.01)
+        assert r["weights_mib"] == pytest.approx(r["plan_weights_mib"], rel=0.01)
+        # the CUDA allocator's counters: none on CPU (tests/test_planning.py measures memory there)
+        assert r["resting_mib"] is r["peak_gen_mib"] is r["peak_update_mib"] is None
     assert report["packages"]["torch"] and report["seconds"] > 0
-    text = (tmp_path / "gpu_check.md").read_text()
-    assert text.startswith("# GPU check:") and "| lora | 8/4 |" in text
+    assert text.startswith("# GPU check:") and "| lora | 8/4 | fits | measured |" in text and "Incomplete" not in text
+
+
+def test_an_out_of_memory_row_is_recorded_the_check_goes_on_and_each_part_is_on_disk(cpu_check, monkeypatch):
+    """A second check in the first one's folder, with an injected out-of-memory error on one row and
+    a crash on the last: the rows in between run, the report on disk grows after every part and
+    row, and the smoke runs are new ones, not the first check's finished runs resumed."""
+    folder = cpu_check[0]
+    first_start = json.loads((folder / "smoke" / "grpo_n8_m8" / "run.json").read_text())["started_at"]
+    (folder / "smoke" / "grpo_n8_m8" / "left-by-the-first-check").write_text("")
+    measure, on_disk = gpu_check.measure_step, []
+
+    def measure_or_fail(cfg, dims, device, s):
+        report = json.loads((folder / "gpu_check.json").read_text())
+        on_disk.append((report["cuda_tests"] is not None, len(report["smoke"]), len(report["paper_scale"])))
+        row = ("lora" if cfg.lora.enabled else "full", cfg.selection.n)
+        if row == ("lora", 8):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.50 GiB. (injected)")
+        if row == ("full", 8):
+            raise RuntimeError("the check crashed")
+        return measure(cfg, dims, device, s)
+
+    monkeypatch.setattr(gpu_check, "measure_step", measure_or_fail)
+    with pytest.raises(RuntimeError, match="the check crashed"):
+        gpu_check.gpu_check(folder, "cpu")
+    assert on_disk == [(True, 2, 0), (True, 2, 1), (True, 2, 2), (True, 2, 3)]
+    report = json.loads((folder / "gpu_check.json").read_text())
+    assert report["complete"] is False and "seconds" not in report
+    assert [(r["mode"], r["n"], r["status"]) for r in report["paper_scale"]] == [
+        ("lora", 4, "measured"),
+        ("lora", 8, "out of memory"),
+        ("full", 4, "measured"),
+    ]
+    oom = report["paper_scale"][1]
+    assert oom["error"] == "CUDA out of memory. Tried to allocate 4.50 GiB. (injected)"
+    assert "gen_s" not in oom and oom["plan_update_mib"] > 0  # the plan stays beside it
+    text = (folder / "gpu_check.md").read_text()
+    assert "**Incomplete**" in text and "| lora | 8/4 | fits | out of memory | - (" in text
+    # fresh smoke runs: the first check's folder is gone, and the runs trained their two steps again
+    smoke = folder / "smoke" / "grpo_n8_m8"
+    assert not (smoke / "left-by-the-first-check").exists()
+    assert json.loads((smoke / "run.json").read_text())["started_at"] > first_start
+    assert all(r["steps"] == 2 for r in report["smoke"])
+
+
+def tiny_hardware(memory_gib: float) -> dict:
+    cpu = hardware_setup("cpu")
+    return {**cpu, "accelerator": {**cpu["accelerator"], "memory_gib": memory_gib}}
+
+
+def test_rows_the_plan_says_cannot_fit_are_skipped():
+    s = gpu_check.shapes("cpu")
+    rows = list(gpu_check.paper_scale("cpu", s, tiny_hardware(1 / 1024)))  # 1 MiB: not even the weights
+    assert [r["status"] for r in rows] == ["skipped: the plan says it cannot fit"] * 4
+    assert all(r["plan_verdict"] == "NO" and "gen_s" not in r for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("name", "gib", "datasheet", "full_fits"),
+    [
+        ("NVIDIA H200", 139.8, "h200", True),
+        ("NVIDIA A100-SXM4-80GB", 79.3, "a100x8", True),
+        ("NVIDIA A100-SXM4-40GB", 39.4, "a100x8", False),
+        ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 39.5, "a100x8", False),
+        ("NVIDIA L40S", 44.99, "l40s", False),
+        ("NVIDIA H100 NVL", 93.1, "h100x8", True),
+        ("Tesla V100-SXM2-32GB", 31.7, "h100x8", False),
+    ],
+)
+def test_capacity_is_the_devices_and_the_plan_decides_which_rows_run(name, gib, datasheet, full_fits):
+    """The datasheet gives the speeds, the device its memory: at Qwen2.5-3B's size full fine-tuning
+    in one process (fp32 weights, gradients and AdamW's moments, ~46 GiB) is skipped on a 40 GB A100,
+    a MIG slice or an L40S, and runs on 80 GB and more; LoRA runs everywhere."""
+    from pods_bench.planning.architecture import known_models
+
+    label, hardware = gpu_check.hardware_for_gpu(name, int(gib * GIB))
+    sheet = hardware_setup(datasheet)["accelerator"]
+    assert hardware["processes"] == 1 and hardware["accelerator"]["memory_gib"] == pytest.approx(gib, abs=1e-6)
+    assert hardware["accelerator"]["bf16_tflops"] == sheet["bf16_tflops"] and datasheet in label
+    assert ("MIG" in label) == ("MIG" in name)
+    s, dims = gpu_check.shapes("cuda"), known_models()[gpu_check.QWEN_3B]
+    verdict = lambda mode: gpu_check.plan_row(gpu_check.paper_config("cuda", mode, 64, 16, s), dims, hardware, s)
+    assert (verdict("full")["plan_verdict"] != "NO") == full_fits
+    assert verdict("lora")["plan_verdict"] == "fits"
+
+
+# --- the CUDA tests' runner --------------------------------------------------------------------------
+
+
+def cuda_test_file(folder: Path, body: str) -> Path:
+    path = folder / "test_cuda_like.py"
+    path.write_text("import pytest\n\npytestmark = pytest.mark.cuda\n\n" + textwrap.dedent(body))
+    return path
+
+
+def test_passing_cuda_tests_pass_without_the_test_extras_plugins(tmp_path):
+    """pytest-benchmark is not loaded (the project's addopts name its options) and no conftest.py is
+    (the project's needs psutil): this one would fail the collection if it were."""
+    (tmp_path / "conftest.py").write_text("raise ImportError('conftest.py was loaded')\n")
+    test = cuda_test_file(
+        tmp_path,
+        """
+        import sys
+
+        def test_the_test_extras_plugins_are_not_loaded():
+            assert "pytest_benchmark" not in sys.modules
+        """,
+    )
+    result = gpu_check.run_pytest([test], tmp_path / "junit.xml")
+    assert result["passed"] is True and result["tests"] == 1 and result["returncode"] == 0, result
+    assert gpu_check.exit_status({"cuda_tests": result}) == 0
+    assert gpu_check.exit_status({"cuda_tests": gpu_check.cuda_tests("cpu", tmp_path)}) == 0  # not run on CPU
+
+
+def test_a_failing_or_skipped_cuda_test_makes_the_check_exit_1(tmp_path):
+    failing = cuda_test_file(tmp_path, "def test_fails():\n    assert 1 == 2\n")
+    result = gpu_check.run_pytest([failing], tmp_path / "junit.xml")
+    assert result["passed"] is False and result["failures"] == 1 and "assert 1 == 2" in result["output"]
+    assert gpu_check.exit_status({"cuda_tests": result}) == 1
+    skipped = cuda_test_file(tmp_path, "@pytest.mark.skipif(True, reason='no GPU')\ndef test_x():\n    pass\n")
+    result = gpu_check.run_pytest([skipped], tmp_path / "junit.xml")
+    assert result["returncode"] == 0 and result["skipped"] == 1 and result["passed"] is False  # checked nothing
+    assert gpu_check.exit_status({"cuda_tests": result}) == 1
+
+
+def test_cuda_tests_that_hang_time_out_with_what_they_started(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    hanging = cuda_test_file(
+        tmp_path,
+        f"""
+        import subprocess, time
+
+        def test_hangs():
+            child = subprocess.Popen(["sleep", "300"])
+            open({str(pid_file)!r}, "w").write(str(child.pid))
+            time.sleep(300)
+        """,
+    )
+    result = gpu_check.run_pytest([hanging], tmp_path / "junit.xml", timeout_s=10)
+    assert result == {"ran": True, "passed": False, "why": "timed out after 10 s", "output": result["output"]}
+    assert gpu_check.exit_status({"cuda_tests": result}) == 1
+    # the test's own child went with it (its process group); killed, it may wait to be reaped
+    assert gone(int(pid_file.read_text()))
+
+
+def gone(pid: int, within_s: float = 10.0) -> bool:
+    """The process ends (or waits, killed, to be reaped) within `within_s` (SIGKILL is asynchronous)."""
+    try:
+        process = psutil.Process(pid)
+        process.wait(within_s)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return process.status() == psutil.STATUS_ZOMBIE
+    return True
+
+
+# --- the random model at a real model's size ---------------------------------------------------------
+
+
+def test_the_random_models_eos_is_outside_the_sampled_range():
+    """With EOS a real id every sampled occurrence would end a row (token 0 was: about 1 check in 5
+    at 64 x 512 draws over 151,936 ids, and always here, 64 x 64 draws over 16)."""
+    from pods_bench.engines.base import SamplingConfig
+    from pods_bench.engines.hf import HFEngine
+    from pods_bench.models import TokenIdTokenizer, build_random_model
+    from pods_bench.planning.architecture import known_models
+
+    dims = replace(known_models()[gpu_check.QWEN_3B], hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64)
+    dims = replace(dims, vocab=16)
+    model = build_random_model(dims, "float32", "cpu")
+    engine = HFEngine(model, TokenIdTokenizer(dims.vocab))
+    assert engine.eos_ids == [dims.vocab] and model.get_output_embeddings().out_features == dims.vocab
+    out = engine.generate(["1 2 3"], 64, SamplingConfig(temperature=1.0, max_new_tokens=64, seed=0))
+    assert [len(c) for c in out.completion_ids[0]] == [64] * 64
+    assert sum(c.count(0) for c in out.completion_ids[0]) > 0  # the padding id is sampled, and stops nothing
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks for a GPU that is not there")
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for args, message in [
+        (["--out", str(a_file)], f"pods-bench: error: gpu-check --out {a_file}: exists and is not a folder"),
+        (
+            ["--out", str(tmp_path / "out"), "--device", "cuda"],
+            "pods-bench: error: gpu-check --device cuda: no GPU is visible",
+        ),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-m", "pods_bench", "gpu-check", *args], capture_output=True, text=True, cwd=ROOT
+        )
+        assert (out.returncode, out.stderr.strip()) == (2, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
