@@ -6,6 +6,7 @@ sharded run is in tests/test_multiprocess.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -160,3 +161,24 @@ def test_bf16_compute_keeps_float32_shards(tmp_path):
     first, last = (load_file(run / f"checkpoints/{c}/model/model.safetensors") for c in ("step-000000", "step-000002"))
     assert {t.dtype for t in last.values()} == {torch.float32}
     assert any(not torch.equal(first[k], last[k]) for k in first)
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_vllm_samples_from_the_sharded_weights(tmp_path):
+    """Each process's vLLM engine is synced from the shards after every update: the evaluation of the
+    last checkpoint (same seeds) samples other completions than the first one's."""
+    run = launch(
+        tmp_path,
+        "vllm",
+        # vLLM's CPU attention needs head_dim >= 32
+        model={
+            "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 128}
+        },
+        engine={"name": "vllm", "options": {"max_model_len": 512}},
+        optim={"fsdp": True, "lr": 1e-2},
+    )
+    steps = read_lines(run / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2] and all(r["grad_norm"] > 0 for r in steps)
+    evals = read_lines(run / "eval.jsonl")
+    assert [e["completion"] for e in evals[0]["examples"]] != [e["completion"] for e in evals[-1]["examples"]]
