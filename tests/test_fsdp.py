@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from tests.test_logprobs import AGGREGATIONS, make_cfg, reference_gradient
-from tests.test_multiprocess import ENV, free_port, two_process_command
+from tests.test_logprobs import TWO_PROCESS_CASES, check_whole_batch_gradients, run_on_two_processes
+from tests.test_multiprocess import ENV, two_process_command
 from tests.tiny_runs import read_lines, tiny_run
 
 pytestmark = pytest.mark.slow
@@ -57,28 +56,7 @@ if accelerator.is_main_process:
 def test_the_sharded_update_gives_the_gradient_of_the_whole_batch(tmp_path):
     """SGD with learning rate 1 on the shards: the step is minus the reduce-scattered gradient, which
     must equal the gradient of the whole batch's loss built by hand (tests/test_logprobs.py)."""
-    cases = [(a, r, c) for a in AGGREGATIONS for r, c in [(None, 4096), (1, 3)]]
-    script = tmp_path / "sharded_update.py"
-    script.write_text(SHARDED_UPDATE)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    command += ["--master_port", str(free_port()), str(script), json.dumps(cases)]
-    out = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
-    from tests.test_logprobs import make_sequences
-
-    sequences = make_sequences()
-    shares = [sequences[0::2], sequences[1::2]]
-    for aggregation, rows_per_pass, chunk in cases:
-        if aggregation == "micro_batch_token":  # the processes' micro-batches of 2
-            ordered = [s for share in shares for i in range(0, len(share), 2) for s in share[i : i + 2]]
-            expected = reference_gradient(make_cfg(aggregation, micro=2), ordered)
-        else:
-            expected = reference_gradient(make_cfg(aggregation), sequences)
-        got = torch.tensor(results[f"{aggregation}/{rows_per_pass}/{chunk}"])
-        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6), (aggregation, rows_per_pass, chunk)
+    check_whole_batch_gradients(run_on_two_processes(SHARDED_UPDATE, tmp_path, json.dumps(TWO_PROCESS_CASES)))
 
 
 EXPORT = """
@@ -105,15 +83,8 @@ print("EXPORTED", accelerator.process_index, len(exported))
 def test_the_engine_weight_sync_gathers_sharded_weights(tmp_path):
     """vLLM's weight sync (export_weights) from a sharded model: on every process the exact whole
     tensors, under the checkpoint's names, while each process holds about half of them."""
-    script = tmp_path / "export.py"
-    script.write_text(EXPORT)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    command += ["--master_port", str(free_port()), str(script)]
-    out = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)}
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert sorted(line.split()[1] for line in out.stdout.splitlines() if line.startswith("EXPORTED")) == ["0", "1"]
+    stdout = run_on_two_processes(EXPORT, tmp_path)
+    assert sorted(line.split()[1] for line in stdout.splitlines() if line.startswith("EXPORTED")) == ["0", "1"]
 
 
 def launch(tmp_path: Path, name: str, **sections) -> Path:

@@ -151,28 +151,33 @@ if accelerator.is_main_process:
 """
 
 
-@pytest.mark.slow
-def test_two_processes_give_the_gradient_of_the_whole_batch(tmp_path):
-    """Each process updates on its share of the sequences; the all-reduced gradient is the gradient
-    of the whole batch's loss, with passes and chunks or without. Under micro_batch_token the whole
-    batch is the processes' micro-batches of 2 (2 + 2 on one process, 2 + 1 on the other)."""
+TWO_PROCESS_CASES = [(a, r, c) for a in AGGREGATIONS for r, c in [(None, 4096), (1, 3)]]
+
+
+def run_on_two_processes(script: str, tmp_path: Path, *args: str) -> str:
+    """stdout of `script` run as two gloo processes (torchrun) from the project root."""
     from tests.test_multiprocess import ENV, free_port
 
-    cases = [(a, r, c) for a in AGGREGATIONS for r, c in [(None, 4096), (1, 3)]]
-    script = tmp_path / "update.py"
-    script.write_text(TWO_PROCESS_UPDATE)
+    path = tmp_path / "two_processes.py"
+    path.write_text(script)
     root = Path(__file__).resolve().parents[1]
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    command += ["--master_port", str(free_port()), str(script), json.dumps(cases)]
+    command += ["--master_port", str(free_port()), str(path), *args]
     out = subprocess.run(
         command, capture_output=True, text=True, timeout=600, cwd=root, env={**ENV, "PYTHONPATH": str(root)}
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return out.stdout
+
+
+def check_whole_batch_gradients(stdout: str) -> None:
+    """The RESULT line of a two-process update script against the hand-built gradient of the whole
+    batch. Rank 0 held sequences 0, 2, 4, 6 and rank 1 held 1, 3, 5; under micro_batch_token the whole
+    batch is the processes' micro-batches of 2 (2 + 2 on one process, 2 + 1 on the other)."""
+    results = json.loads(next(line for line in stdout.splitlines() if line.startswith("RESULT "))[7:])
     sequences = make_sequences()
-    # the micro-batches the two processes formed: rank 0 has sequences 0, 2, 4, 6; rank 1 has 1, 3, 5
     shares = [sequences[0::2], sequences[1::2]]
-    for aggregation, rows_per_pass, chunk in cases:
+    for aggregation, rows_per_pass, chunk in TWO_PROCESS_CASES:
         if aggregation == "micro_batch_token":
             micro = [share[i : i + 2] for share in shares for i in range(0, len(share), 2)]
             expected = reference_gradient(make_cfg(aggregation, micro=2), [s for m in micro for s in m])
@@ -180,3 +185,10 @@ def test_two_processes_give_the_gradient_of_the_whole_batch(tmp_path):
             expected = reference_gradient(make_cfg(aggregation), sequences)
         got = torch.tensor(results[f"{aggregation}/{rows_per_pass}/{chunk}"])
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6), (aggregation, rows_per_pass, chunk)
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_gradient_of_the_whole_batch(tmp_path):
+    """Each process updates on its share of the sequences; the all-reduced (DDP) gradient is the
+    gradient of the whole batch's loss, with passes and chunks or without."""
+    check_whole_batch_gradients(run_on_two_processes(TWO_PROCESS_UPDATE, tmp_path, json.dumps(TWO_PROCESS_CASES)))
