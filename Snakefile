@@ -56,6 +56,10 @@ rule all:
     localrule: True
 
 
+onstart:
+    check_cluster_submission()
+
+
 onsuccess:
     targets = set(workflow.dag_settings.targets) if workflow.dag_settings else set()
     if "paper_figures" in targets:

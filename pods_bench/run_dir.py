@@ -65,7 +65,10 @@ def start_run(cfg, previous: dict | None, resume_from: Path | None, step: int, c
     package versions and hardware, status "running". `extra` adds fields (hardware, data counts)."""
     from pods_bench import run_info
     from pods_bench.io import atomic_write_json
+    from pods_bench.slurm import current_job
 
+    job = current_job()
+    jobs = [{**job, "at": now()}] if job else []
     run = {
         "experiment": cfg.experiment,
         "arm": cfg.arm,
@@ -76,6 +79,8 @@ def start_run(cfg, previous: dict | None, resume_from: Path | None, step: int, c
         **extra,
         "started_at": previous["started_at"] if resume_from is not None else now(),
         "resumed": previous["resumed"] + [{"at": now(), "checkpoint": resume_from.name}] if resume_from else [],
+        # every SLURM job the run has trained in, the resumed ones after the first
+        "scheduler_jobs": (previous.get("scheduler_jobs", []) if resume_from else []) + jobs,
         "finished_at": None,
         "status": "running",
         "stop_reason": None,

@@ -19,6 +19,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from pods_bench import experiment as experiment_settings
+from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
 from pods_bench.planning.plan import check_fits
 
@@ -74,6 +75,22 @@ for _warning in checked(check_fits, RESOLVED, HARDWARE, config["hardware"]):
     print(f"pods-bench workflow: warning: {_warning}", file=sys.stderr)
 WARM_START = config["warm_start"]
 WARM_START_DIR = experiment_settings.warm_start_dir(config)
+
+
+def check_cluster_submission() -> None:
+    """With the SLURM executor (profiles/slurm), before the first submission: the account and
+    partition of every job to submit exist on the cluster, else one line and exit status 2
+    (the plugin would fail each job with sbatch's message, a wrong account with a traceback)."""
+    plugin = workflow.executor_plugin
+    if plugin is None or plugin.name != "slurm":
+        return
+    value = lambda job, key: str(job.resources[key]) if job.resources.get(key) not in (None, "") else None
+    jobs = [job for job in workflow.dag.needrun_jobs() if not job.is_local]
+    try:
+        slurm.check_submission((value(job, "slurm_account"), value(job, "slurm_partition")) for job in jobs)
+    except PodsBenchError as e:
+        print(f"pods-bench workflow: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def run_dir(arm, seed) -> str:

@@ -24,7 +24,7 @@ def read_run(folder: str) -> dict:
         return {"run_dir": folder, "status": str(e)}
     if run is None:
         return {"run_dir": folder, "status": f"missing {RUN_JSON}"}
-    keep = ("arm", "seed", "status", "started_at", "finished_at", "hardware", "versions", "config")
+    keep = ("arm", "seed", "status", "started_at", "finished_at", "scheduler_jobs", "hardware", "versions", "config")
     return {"run_dir": folder, **{key: run.get(key) for key in keep}}
 
 
