@@ -169,6 +169,18 @@ def reference_logprobs(policy, ref_model, batch: dict, temperature: float) -> to
             return completion_logprobs(policy, batch, temperature)
 
 
+def unused_reference_forward(learner, sequences: list[KeptRollout], cfg: TrainConfig) -> None:
+    """`loss.reference_forward` at beta 0: the reference log-probs of the kept rollouts, computed in
+    micro-batches and dropped, as the paper's single-GPU trainer computes them every step whether or
+    not the KL term uses them (3fc107e trainer/maxvargrpo_trainer.py:L543-552). Only its time counts."""
+    temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
+    size, device = cfg.optim.micro_batch_size, learner.accelerator.device
+    for i in range(0, len(sequences), size):
+        reference_logprobs(
+            learner.policy, learner.ref_model, pack(sequences[i : i + size], learner.pad_id, device), temperature
+        )
+
+
 # --- the loss ------------------------------------------------------------------------------------
 
 
@@ -270,6 +282,8 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
     if counts["seqs"] == 0:  # every prompt filtered out on every process: nothing to learn from
         return stats
     divide_by = normaliser(cfg.loss.aggregation, counts["seqs"], counts["tokens"], counts["micro"]) / world
+    if cfg.loss.reference_forward and cfg.loss.beta == 0:  # the authors' clock paid for it (docs/fidelity.md)
+        unused_reference_forward(learner, sequences, cfg)
     model.train()
     beta, updates = cfg.loss.beta, cfg.optim.updates_per_batch
     ref_logps = (
