@@ -296,3 +296,16 @@ def test_the_reference_forward_at_beta_0_costs_a_pass_and_changes_nothing(tmp_pa
     assert sha(plain) == sha(paid)
     with pytest.raises(PodsBenchError, match=r"^config key loss\.reference_forward: "):
         run(tmp_path / "full", loss={"reference_forward": True})
+
+
+def test_the_attention_kernel_is_the_configured_one(tmp_path):
+    """model.attn_implementation reaches the loaded model; flash_attention_2 without its package is a
+    one-line error naming the key."""
+    from pods_bench.checkpoint import load_base_model
+
+    cfg = config_from_dict(tiny_run(tmp_path), ["model.attn_implementation=eager"])
+    assert load_base_model(cfg)[0].config._attn_implementation == "eager"
+    assert load_base_model(config_from_dict(tiny_run(tmp_path)))[0].config._attn_implementation == "sdpa"
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(PodsBenchError, match=r"^config key model\.attn_implementation: FlashAttention2"):
+            load_base_model(config_from_dict(tiny_run(tmp_path), ["model.attn_implementation=flash_attention_2"]))
