@@ -254,7 +254,8 @@ class LossConfig:
     divide_logits_by_temperature: bool = True
     # compute the reference log-probs of the kept rollouts every step even at beta 0, where nothing
     # uses them: the paper's single-GPU trainer does (3fc107e trainer/maxvargrpo_trainer.py:L543-552),
-    # and its clock paid for it. Changes only the step time, never the update
+    # and its clock paid for it. Changes only the step time, never the update (full fine-tuning then
+    # keeps a frozen copy of the initial weights, as for beta > 0)
     reference_forward: bool = False
 
     def __post_init__(self):
@@ -594,11 +595,6 @@ def validate(cfg: TrainConfig) -> None:
             "and advantage_over all",
         )
     check_allocation(cfg)
-    _require(
-        not cfg.loss.reference_forward or cfg.loss.beta > 0 or cfg.lora.enabled,
-        "config key loss.reference_forward: at beta 0 the reference is the base model with LoRA adapters "
-        "disabled; set lora.enabled (full fine-tuning keeps no reference model at beta 0)",
-    )
     _require(
         cfg.engine.name in ENGINES,
         f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}",

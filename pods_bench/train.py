@@ -351,7 +351,7 @@ def make_learner(cfg: TrainConfig, accelerator, resume_from: Path | None):
     set_seed(cfg.seed)  # the same initial weights (e.g. LoRA's) on every process
     policy, tokenizer = ckpt.load_policy(cfg, resume_from)
     set_seed(derived_seed(cfg.seed, accelerator.process_index))  # from here on dropout differs per process
-    ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 else None
+    ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 or cfg.loss.reference_forward else None
     model = accelerator.prepare(policy)
     policy = accelerator.unwrap_model(model)
     if ref_model is not None:

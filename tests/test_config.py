@@ -92,10 +92,6 @@ def test_resolved_config_round_trips_through_json():
             ["model.attn_implementation=flash"],
             "model.attn_implementation must be one of ['sdpa', 'eager', 'flash_attention_2']",
         ),
-        (
-            ["loss.reference_forward=true"],
-            "config key loss.reference_forward: at beta 0 the reference is the base model",
-        ),
     ],
 )
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, message):

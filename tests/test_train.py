@@ -274,28 +274,28 @@ def test_two_evaluators_of_a_run_never_duplicate_a_record(tmp_path):
 def test_the_reference_forward_at_beta_0_costs_a_pass_and_changes_nothing(tmp_path, monkeypatch):
     """loss.reference_forward (the paper's single-GPU trainer): every step a reference pass over the
     kept rollouts, whose result is dropped; the log (timings aside) and the weights equal a run
-    without it. Full fine-tuning keeps no reference at beta 0, so it is refused there."""
+    without it, with LoRA (adapters disabled) and with full fine-tuning (a frozen copy)."""
     import pods_bench.train as trainer
 
     rows = []
     real = trainer.reference_logprobs
 
     def counted(policy, ref_model, batch, temperature):
-        rows.append(batch["input_ids"].shape[0])
+        rows.append((ref_model is None, batch["input_ids"].shape[0]))
         return real(policy, ref_model, batch, temperature)
 
     monkeypatch.setattr(trainer, "reference_logprobs", counted)
-    sections = dict(lora={"enabled": True, "r": 4, "alpha": 8}, eval={"inline": False})
-    plain = run(tmp_path / "plain", **sections)
-    assert rows == []
-    paid = run(tmp_path / "paid", loss={"reference_forward": True}, **sections)
-    assert rows == [8, 8, 8]  # each step: the 4 prompts x m = 2 kept rollouts, one micro-batch of 8
-    logs = [without_timings(read_lines(d / "train_log.jsonl")) for d in (plain, paid)]
-    assert logs[0] == logs[1]
     sha = lambda d: json.loads((d / "checkpoints/step-000003/state.json").read_text())["params_sha256"]
-    assert sha(plain) == sha(paid)
-    with pytest.raises(PodsBenchError, match=r"^config key loss\.reference_forward: "):
-        run(tmp_path / "full", loss={"reference_forward": True})
+    for name, lora in (("lora", {"enabled": True, "r": 4, "alpha": 8}), ("full", {"enabled": False})):
+        sections = dict(lora=lora, eval={"inline": False})
+        plain = run(tmp_path / name / "plain", **sections)
+        assert rows == []
+        paid = run(tmp_path / name / "paid", loss={"reference_forward": True}, **sections)
+        # each step: the 4 prompts x m = 2 kept rollouts, one micro-batch of 8; LoRA disables its adapters
+        assert rows == [(name == "lora", 8)] * 3
+        logs = [without_timings(read_lines(d / "train_log.jsonl")) for d in (plain, paid)]
+        assert logs[0] == logs[1] and sha(plain) == sha(paid)
+        rows.clear()
 
 
 def test_the_attention_kernel_is_the_configured_one(tmp_path):
