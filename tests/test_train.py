@@ -16,7 +16,7 @@ from pods_bench.cli import main as cli
 from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.train import train
-from tests.tiny_runs import read_lines, tiny_run, without_timings
+from tests.tiny_runs import StepWitness, read_lines, tiny_run, without_timings
 
 STEP_FIELDS = (
     "step train_time_s time_gen_s time_reward_s time_select_s time_update_s time_sync_s prompts n m "
@@ -32,16 +32,21 @@ def run(run_dir, overrides=(), **sections):
     return train(config_from_dict(tiny_run(run_dir, **sections), list(overrides)), progress=False)
 
 
-def test_a_short_run_writes_the_results_contract(tmp_path):
+def test_a_short_run_writes_the_results_contract(tmp_path, monkeypatch):
+    witness = StepWitness(monkeypatch)
     run_dir = run(tmp_path / "run", eval={"repeats": 2})
 
     steps = read_lines(run_dir / "train_log.jsonl")
     assert [r["step"] for r in steps] == [1, 2, 3]
-    for r in steps:
+    for r, seen in zip(steps, witness.steps, strict=True):
         assert set(STEP_FIELDS) <= set(r)
         assert (r["prompts"], r["n"], r["m"]) == (4, 4, 2)
-        assert r["generated_tokens"] == pytest.approx(16 * r["completion_len_mean"])
-        assert 0 < r["trained_tokens"] <= r["generated_tokens"]
+        # the counts the engine and the update saw, not the log's own arithmetic
+        assert (seen["rollouts"], seen["trained_rows"]) == (16, 8)
+        assert r["generated_tokens"] == seen["generated_tokens"] > 0
+        assert r["completion_len_mean"] == pytest.approx(seen["generated_tokens"] / 16)
+        assert r["trained_tokens"] == seen["trained_tokens"] > 0
+        assert r["rollouts_generated"] == seen["rollouts"]
         assert math.isfinite(r["loss"]) and r["grad_norm"] > 0 and r["lr"] == 1e-3
         assert 0 <= r["zero_variance_frac"] <= 1 and r["kl"] is None
         # the paper's allocation: one round, P x n rollouts, all of them in the batch
@@ -264,3 +269,43 @@ def test_two_evaluators_of_a_run_never_duplicate_a_record(tmp_path):
     assert append_eval_records(tmp_path, records) == 1  # arith was there already
     assert append_eval_records(tmp_path, records) == 0
     assert read_lines(tmp_path / "eval.jsonl") == records
+
+
+def test_the_reference_forward_at_beta_0_costs_a_pass_and_changes_nothing(tmp_path, monkeypatch):
+    """loss.reference_forward (the paper's single-GPU trainer): every step a reference pass over the
+    kept rollouts, whose result is dropped; the log (timings aside) and the weights equal a run
+    without it, with LoRA (adapters disabled) and with full fine-tuning (a frozen copy)."""
+    import pods_bench.train as trainer
+
+    rows = []
+    real = trainer.reference_logprobs
+
+    def counted(policy, ref_model, batch, temperature):
+        rows.append((ref_model is None, batch["input_ids"].shape[0]))
+        return real(policy, ref_model, batch, temperature)
+
+    monkeypatch.setattr(trainer, "reference_logprobs", counted)
+    sha = lambda d: json.loads((d / "checkpoints/step-000003/state.json").read_text())["params_sha256"]
+    for name, lora in (("lora", {"enabled": True, "r": 4, "alpha": 8}), ("full", {"enabled": False})):
+        sections = dict(lora=lora, eval={"inline": False})
+        plain = run(tmp_path / name / "plain", **sections)
+        assert rows == []
+        paid = run(tmp_path / name / "paid", loss={"reference_forward": True}, **sections)
+        # each step: the 4 prompts x m = 2 kept rollouts, one micro-batch of 8; LoRA disables its adapters
+        assert rows == [(name == "lora", 8)] * 3
+        logs = [without_timings(read_lines(d / "train_log.jsonl")) for d in (plain, paid)]
+        assert logs[0] == logs[1] and sha(plain) == sha(paid)
+        rows.clear()
+
+
+def test_the_attention_kernel_is_the_configured_one(tmp_path):
+    """model.attn_implementation reaches the loaded model; flash_attention_2 without its package is a
+    one-line error naming the key."""
+    from pods_bench.checkpoint import load_base_model
+
+    cfg = config_from_dict(tiny_run(tmp_path), ["model.attn_implementation=eager"])
+    assert load_base_model(cfg)[0].config._attn_implementation == "eager"
+    assert load_base_model(config_from_dict(tiny_run(tmp_path)))[0].config._attn_implementation == "sdpa"
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(PodsBenchError, match=r"^config key model\.attn_implementation: FlashAttention2"):
+            load_base_model(config_from_dict(tiny_run(tmp_path), ["model.attn_implementation=flash_attention_2"]))

@@ -53,3 +53,49 @@ def read_lines(path: Path) -> list[dict]:
 
 def without_timings(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in records]
+
+
+class StepWitness:
+    """Each training step's work, counted outside the code under test: the completions the engine
+    handed back while the step ran (not the sampler's counters) and the rows `update_policy` was
+    given to train on (not the log's arithmetic). Generation outside a step (the engines' warm-up,
+    evaluation) is not counted. Install with `StepWitness(monkeypatch)` before `train` runs."""
+
+    def __init__(self, monkeypatch):
+        import pods_bench.train as trainer
+        from pods_bench.engines.hf import HFEngine
+
+        self.steps: list[dict] = []
+        inside: list[bool] = []
+        real_step, real_update, real_generate = trainer.train_step, trainer.update_policy, HFEngine.generate
+
+        def train_step(*args, **kwargs):
+            self.steps.append(
+                {"rollouts": 0, "generated_tokens": 0, "trained_rows": 0, "trained_tokens": 0, "rows_per_prompt": {}}
+            )
+            inside.append(True)
+            try:
+                return real_step(*args, **kwargs)
+            finally:
+                inside.pop()
+
+        def generate(engine, prompts, n, sampling):
+            rollouts = real_generate(engine, prompts, n, sampling)
+            if inside:
+                step = self.steps[-1]
+                step["rollouts"] += sum(len(group) for group in rollouts.completion_ids)
+                step["generated_tokens"] += sum(len(c) for group in rollouts.completion_ids for c in group)
+            return rollouts
+
+        def update_policy(learner, sequences, *args, **kwargs):
+            step = self.steps[-1]
+            step["trained_rows"] += len(sequences)
+            step["trained_tokens"] += sum(len(s.completion_ids) for s in sequences)
+            for s in sequences:
+                key = tuple(s.prompt_ids)
+                step["rows_per_prompt"][key] = step["rows_per_prompt"].get(key, 0) + 1
+            return real_update(learner, sequences, *args, **kwargs)
+
+        monkeypatch.setattr(trainer, "train_step", train_step)
+        monkeypatch.setattr(trainer, "update_policy", update_policy)
+        monkeypatch.setattr(HFEngine, "generate", generate)

@@ -328,9 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--first-checkpoints", type=int, default=None, help="only the earliest checkpoints of each file"
     )
+    parser.add_argument("--files", nargs="+", default=None, help="only these log files (names, e.g. base-qwen.json)")
     parser.add_argument("--workers", type=int, default=1, help="grading processes")
     args = parser.parse_args(argv)
-    examples = load_examples(args.logs, first_checkpoints=args.first_checkpoints)
+    examples = load_examples(args.logs, files=args.files, first_checkpoints=args.first_checkpoints)
     graded = grade_examples(examples, workers=args.workers, data_dir=args.data_dir)
     split = disagreements(graded)
     print(f"{len(graded)} examples from {graded['file'].nunique()} files\n")

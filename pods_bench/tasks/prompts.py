@@ -7,13 +7,14 @@
 
 Prompts never depend on the day they are built: some chat templates print today's date (Llama 3.x
 inserts "Today Date: ..." via `strftime_now` unless `date_string` is given), so rendering fixes both
-to FIXED_DATE. A rerun of an experiment therefore sees byte-identical prompts.
+to the task's `prompt_date` (default FIXED_DATE). A rerun of an experiment therefore sees
+byte-identical prompts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.tasks import Problem
@@ -46,11 +47,7 @@ Answer
 FIXED_DATE = datetime(2024, 7, 26)
 
 
-def _fixed_strftime(fmt: str) -> str:
-    return FIXED_DATE.strftime(fmt)
-
-
-def instruct_prompt(problem: Problem, tokenizer, system_prompt: str | None = None) -> str:
+def instruct_prompt(problem: Problem, tokenizer, system_prompt: str | None = None, day: date | None = None) -> str:
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         raise PodsBenchError(
             "instruct-style prompts need a tokenizer with a chat template (use style 'base' otherwise)"
@@ -59,17 +56,18 @@ def instruct_prompt(problem: Problem, tokenizer, system_prompt: str | None = Non
         {"role": "system", "content": SYSTEM_PROMPT_INSTRUCT if system_prompt is None else system_prompt},
         {"role": "user", "content": problem.question},
     ]
+    day = FIXED_DATE if day is None else datetime(day.year, day.month, day.day)
     return tokenizer.apply_chat_template(
         messages,
         tokenize=False,
         add_generation_prompt=True,
         # template variables: these override the date a template would otherwise read from the clock
-        date_string=_fixed_strftime("%d %b %Y"),
-        strftime_now=_fixed_strftime,
+        date_string=day.strftime("%d %b %Y"),
+        strftime_now=day.strftime,
     )
 
 
-def base_prompt(problem: Problem, tokenizer=None, system_prompt: str | None = None) -> str:
+def base_prompt(problem: Problem, tokenizer=None, system_prompt: str | None = None, day: date | None = None) -> str:
     instructions = SYSTEM_PROMPT_BASE if system_prompt is None else system_prompt
     return f"{instructions}Problem: {problem.question}\nSolution: "
 
@@ -77,10 +75,12 @@ def base_prompt(problem: Problem, tokenizer=None, system_prompt: str | None = No
 PROMPT_STYLES: dict[str, Callable[..., str]] = {"instruct": instruct_prompt, "base": base_prompt}
 
 
-def build_prompt(problem: Problem, tokenizer, style: str = "instruct", system_prompt: str | None = None) -> str:
+def build_prompt(
+    problem: Problem, tokenizer, style: str = "instruct", system_prompt: str | None = None, day: date | None = None
+) -> str:
     if style not in PROMPT_STYLES:
         raise PodsBenchError(f"unknown prompt style {style!r} (known: {', '.join(PROMPT_STYLES)})")
-    return PROMPT_STYLES[style](problem, tokenizer, system_prompt)
+    return PROMPT_STYLES[style](problem, tokenizer, system_prompt, day)
 
 
 def filter_by_prompt_length(prompts: list[str], tokenizer, max_tokens: int) -> tuple[list[int], int]:
@@ -93,7 +93,6 @@ def filter_by_prompt_length(prompts: list[str], tokenizer, max_tokens: int) -> t
 
 
 def render_prompts(problems, tokenizer, task_cfg) -> list[str]:
-    """Prompts exactly as the trainer renders them (the task config's style and system prompt)."""
-    return [
-        build_prompt(p, tokenizer, style=task_cfg.prompt_style, system_prompt=task_cfg.system_prompt) for p in problems
-    ]
+    """Prompts exactly as the trainer renders them (the task config's style, system prompt and date)."""
+    day = date.fromisoformat(task_cfg.prompt_date)
+    return [build_prompt(p, tokenizer, task_cfg.prompt_style, task_cfg.system_prompt, day) for p in problems]
