@@ -720,13 +720,15 @@ ROWS = [
     ),
     Row(
         GPU8,
-        "optim.shard_optimizer_state",
+        "optim.fsdp",
         "ZeRO-2",
         R1 + "recipes/accelerate_configs/zero2.yaml:L3-9",
         ours=True,
-        why="ZeRO stage 1 (PyTorch's ZeroRedundancyOptimizer): optimizer state sharded, gradients replicated; the "
-        "update is plain AdamW either way (tested), only memory differs",
-        describe="DeepSpeed ZeRO-2 (optimizer state and gradients sharded)",
+        why="PyTorch FSDP2 (pods_bench/sharding.py): float32 master weights, gradients and AdamW state sharded "
+        "over the 8 processes and bf16 compute, as ZeRO-2; the parameters are sharded between passes too "
+        "(ZeRO-3), which saves memory only. The sharded update's gradient equals the whole batch's "
+        "(tests/test_fsdp.py)",
+        describe="DeepSpeed ZeRO-2 (optimizer state and gradients sharded, bf16 compute)",
         shows=("zero_stage: 2", "distributed_type: DEEPSPEED"),
         not_offered=True,
     ),
@@ -1044,6 +1046,10 @@ NOT_RESULT_KNOBS = {
     "reward.start_method": "how grading processes start",
     "reward.memory_limit_mb": "a grading safeguard (as reward.timeout_s)",
     "reward.max_answer_chars": "a grading safeguard (as reward.timeout_s)",
+    "optim.rows_per_pass": "memory only: the same gradient for every value (tests/test_logprobs.py)",
+    "optim.logprob_chunk_tokens": "memory only: the same log-probs and gradient for every value "
+    "(tests/test_logprobs.py); the smoke update costs the same as with the full logits "
+    "(tests/benchmarks/test_bench_logprobs.py)",
 }
 
 
@@ -1060,6 +1066,10 @@ def inert(key: str, cfg: TrainConfig) -> bool:
         return cfg.task.name != "math"
     if key == "task.prompt_date":  # only Llama 3.x chat templates print a date
         return "llama" not in cfg.model.name.lower()
+    if key == "optim.fsdp":  # shards full fine-tuning; LoRA configs refuse it
+        return cfg.lora.enabled
+    if key == "optim.shard_optimizer_state":  # FSDP shards the optimizer state itself (the optim.fsdp row)
+        return cfg.optim.fsdp
     if key == "engine.max_batch":
         return cfg.engine.name != "hf"
     if key == "engine.options":
