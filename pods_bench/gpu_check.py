@@ -451,22 +451,22 @@ def gpu_check(out, device: str = "auto") -> dict:
         "paper_scale": [],
     }
 
-    def save():
+    def write_report():
         atomic_write_json(out / "gpu_check.json", report)
         atomic_write_text(out / "gpu_check.md", markdown(report))
 
-    save()
+    write_report()
     report["cuda_tests"] = cuda_tests(device, out)
-    save()
+    write_report()
     for row in smoke_training(device, out, s["smoke"]):
         report["smoke"].append(row)
-        save()
+        write_report()
     for row in paper_scale(device, s, hardware):
         report["paper_scale"].append(row)
-        save()
+        write_report()
     report["complete"] = True
     report["seconds"] = time.perf_counter() - started
-    save()
+    write_report()
     return report
 
 
