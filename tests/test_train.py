@@ -280,9 +280,9 @@ def test_the_reference_forward_at_beta_0_costs_a_pass_and_changes_nothing(tmp_pa
     rows = []
     real = trainer.reference_logprobs
 
-    def counted(policy, ref_model, batch, temperature):
+    def counted(policy, ref_model, batch, temperature, chunk_tokens):
         rows.append((ref_model is None, batch["input_ids"].shape[0]))
-        return real(policy, ref_model, batch, temperature)
+        return real(policy, ref_model, batch, temperature, chunk_tokens)
 
     monkeypatch.setattr(trainer, "reference_logprobs", counted)
     sha = lambda d: json.loads((d / "checkpoints/step-000003/state.json").read_text())["params_sha256"]
