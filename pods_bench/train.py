@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -181,13 +182,12 @@ def reference_logprobs(policy, ref_model, batch: dict, temperature: float, chunk
             return completion_logprobs(policy, batch, temperature, chunk_tokens)
 
 
-def unused_reference_forward(learner, sequences: list[KeptRollout], cfg: TrainConfig) -> None:
-    """`loss.reference_forward` at beta 0: the reference log-probs of the kept rollouts, computed in
-    micro-batches and dropped, as the paper's single-GPU trainer computes them every step whether or
-    not the KL term uses them (3fc107e trainer/maxvargrpo_trainer.py:L543-552). Only its time counts."""
-    temperature = cfg.sampling.temperature if cfg.loss.divide_logits_by_temperature else 1.0
-    for batch in loss_passes(sequences, cfg, learner.pad_id, learner.accelerator.device):
-        reference_logprobs(learner.policy, learner.ref_model, batch, temperature, cfg.optim.logprob_chunk_tokens)
+def unused_reference_forward(learner, passes: list[dict], temperature: float, chunk_tokens: int) -> None:
+    """`loss.reference_forward` at beta 0: the reference log-probs of the kept rollouts, computed pass by
+    pass (`loss_passes`) and dropped, as the paper's single-GPU trainer computes them every step whether
+    or not the KL term uses them (3fc107e trainer/maxvargrpo_trainer.py:L543-552). Only its time counts."""
+    for batch in passes:
+        reference_logprobs(learner.policy, learner.ref_model, batch, temperature, chunk_tokens)
 
 
 # --- the loss ------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
         return stats
     divide_by = normaliser(cfg.loss.aggregation, counts["seqs"], counts["tokens"], counts["micro"]) / world
     if cfg.loss.reference_forward and cfg.loss.beta == 0:  # the authors' clock paid for it (docs/fidelity.md)
-        unused_reference_forward(learner, sequences, cfg)
+        unused_reference_forward(learner, micro, temperature, chunk)
     model.train()
     beta, updates = cfg.loss.beta, cfg.optim.updates_per_batch
     ref_logps = (
@@ -720,10 +720,12 @@ def make_accelerator(cfg: TrainConfig):
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
+    # whether FSDP shards this run (the launcher's WORLD_SIZE: the process group does not exist yet),
+    # and so casts the parameters to bf16 itself (sharding.py), which leaves no autocast to do on top
+    sharded = uses_fsdp(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     accelerator = Accelerator(
         cpu=cfg.device == "cpu",
-        # FSDP casts the parameters to bf16 itself (sharding.py): no autocast on top
-        mixed_precision="no" if cfg.optim.fsdp else cfg.model.mixed_precision,
+        mixed_precision="no" if sharded else cfg.model.mixed_precision,
         kwargs_handlers=[
             InitProcessGroupKwargs(timeout=timedelta(hours=4)),  # rank 0 evaluates inline
             # gradients live in DDP's all-reduce buckets instead of beside them: one copy, not two

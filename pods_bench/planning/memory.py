@@ -56,6 +56,7 @@ import math
 from dataclasses import dataclass
 
 from pods_bench.planning.architecture import ModelDims
+from pods_bench.sharding import uses_fsdp
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -129,10 +130,6 @@ def rows_per_pass(cfg, processes: int) -> int:
 def autocast_cache_bytes(cfg, dims: ModelDims) -> int:
     """bf16 copies of the float32 weights that autocast keeps while a forward pass or generate runs."""
     return dims.params * 2 if compute_bytes(cfg) == 2 and DTYPE_BYTES[cfg.model.dtype] == 4 else 0
-
-
-def uses_fsdp(cfg, processes: int) -> bool:
-    return cfg.optim.fsdp and processes > 1 and not cfg.lora.enabled
 
 
 def gathered_unit_bytes(cfg, dims: ModelDims) -> int:
