@@ -60,6 +60,8 @@ def test_the_sharded_update_gives_the_gradient_of_the_whole_batch(tmp_path):
 
 
 EXPORT = """
+import sys
+from pathlib import Path
 import torch
 from accelerate import Accelerator
 from pods_bench.checkpoint import load_policy
@@ -76,15 +78,16 @@ exported = dict(export_weights(policy))  # every process runs the gathers in the
 assert sorted(exported) == sorted(whole), sorted(set(exported) ^ set(whole))
 assert all(torch.equal(exported[k], whole[k]) for k in whole)
 assert local < sum(p.numel() for p in whole.values()) * 0.75  # the process held only its share
-print("EXPORTED", accelerator.process_index, len(exported))
+# a file per process: two processes printing to one pipe can interleave their lines
+(Path(sys.argv[1]) / f"exported-{accelerator.process_index}").write_text(str(len(exported)))
 """
 
 
 def test_the_engine_weight_sync_gathers_sharded_weights(tmp_path):
     """vLLM's weight sync (export_weights) from a sharded model: on every process the exact whole
     tensors, under the checkpoint's names, while each process holds about half of them."""
-    stdout = run_on_two_processes(EXPORT, tmp_path)
-    assert sorted(line.split()[1] for line in stdout.splitlines() if line.startswith("EXPORTED")) == ["0", "1"]
+    run_on_two_processes(EXPORT, tmp_path, str(tmp_path))
+    assert sorted(path.name for path in tmp_path.glob("exported-*")) == ["exported-0", "exported-1"]
 
 
 def launch(tmp_path: Path, name: str, **sections) -> Path:
