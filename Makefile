@@ -5,6 +5,7 @@
 #   make bench   speed benchmarks (ratios measured side by side in one run)
 #   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~50 min on 2 cores)
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
+#   make cost-model  the step-time model fitted on two smoke arms, checked on seven held out (docs/cost-model.md)
 #   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
 #
 # Without an NVIDIA GPU (no nvidia-smi) the venv gets the CPU pins of requirements/cpu.txt:
@@ -25,7 +26,7 @@ export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
 CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
 remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke strategies gpu-check clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke strategies cost-model gpu-check clean-venv
 
 venv: $(VENV)/.installed
 
@@ -73,6 +74,17 @@ smoke: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --report results/smoke/report.html
 	@echo "Tables: results/smoke/summary/   Figures: figures/smoke/   HTML report: results/smoke/report.html"
+
+# The step-time model's CPU validation, docs/cost-model.md (a): 12 timed steps of each arm of
+# config/cost_model.yaml, interleaved in 3 rounds, fitted on two arms; the artifact the page quotes is
+# kept in docs/cost-model-results/ (~4 min on 2 cores with nothing else running, + the warm start)
+COST_MODEL_OUT := results/cost_model/profile
+cost-model: venv
+	$(BIN)/pods-bench pretrain --out results/warm_start/arith-tiny
+	rm -rf $(COST_MODEL_OUT)  # a profile resumes runs it finds: start from none
+	$(BIN)/pods-bench profile config/cost_model.yaml --fit grpo_n16_m16,pods_n64_m8 --steps 12 --rounds 3 --out $(COST_MODEL_OUT)
+	mkdir -p docs/cost-model-results
+	cp $(COST_MODEL_OUT)/validation.csv $(COST_MODEL_OUT)/validation.md $(COST_MODEL_OUT)/step_time_model.json docs/cost-model-results/
 
 # GRPO, PODS, DAPO dynamic sampling, GRESO, Pilot-Commit (+PODS) and CPPO on the smoke task, 8 seeds.
 strategies: venv

@@ -510,6 +510,32 @@ def test_the_published_l40s_calibration_matches_the_doc():
     assert by[(64, 2)] < by[(64, 4)] < by[(64, 8)] < by[(64, 16)]
 
 
+def test_the_cpu_validation_is_the_committed_profile():
+    """docs/cost-model.md (a) is the table `make cost-model` wrote into docs/cost-model-results/, and
+    every prediction in it follows from the committed model and config/cost_model.yaml; the arms it
+    was checked on include other (n, m), completion limits and micro-batch sizes than the fitted."""
+    import pandas as pd
+
+    from pods_bench.planning.profile import arm_configs, validation_markdown
+
+    results = ROOT / "docs" / "cost-model-results"
+    rows = pd.read_csv(results / "validation.csv").to_dict("records")
+    table = (results / "validation.md").read_text(encoding="utf-8")
+    assert table == validation_markdown(rows)
+    assert table in (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    model = StepTimeModel.from_dict(json.loads((results / "step_time_model.json").read_text()))
+    arms = arm_configs(ROOT / "config" / "cost_model.yaml", Path("unused"), check_model=False)
+    assert [r["arm"] for r in rows] == list(arms)
+    for r in rows:
+        settings, overrides, _ = arms[r["arm"]]
+        cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
+        assert predict(model, cfg)["step"] == pytest.approx(r["predicted_s"], abs=1e-4), r["arm"]
+        assert abs(r["error_pct"]) < 20, r["arm"]  # the page's claim
+    held_out = {r["role"] for r in rows} - {"fitted"}
+    assert {"held out: n, m", "held out: sampling.max_new_tokens=16", "held out: optim.micro_batch_size=4"} <= held_out
+    assert sum(r["role"] == "fitted" for r in rows) == 2
+
+
 # --- the what-if projection --------------------------------------------------------------------------
 
 

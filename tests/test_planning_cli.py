@@ -105,7 +105,7 @@ def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_t
                       "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = pd.read_csv(out / "validation.csv").set_index("arm")
-    assert rows["role"].to_dict() == {"grpo_n4_m4": "fitted", "pods_n8_m2": "fitted", "grpo_n8_m8": "predicted"}
+    assert rows["role"].to_dict() == {"grpo_n4_m4": "fitted", "pods_n8_m2": "fitted", "grpo_n8_m8": "held out: n, m"}
     for arm, row in rows.iterrows():
         records = read_lines(out / "runs" / arm / "train_log.jsonl")
         assert len(records) == row["steps"] == 4  # two interleaved rounds of 2 steps

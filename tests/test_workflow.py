@@ -67,7 +67,7 @@ EXPECTED_JOBS = {
     "strategies_gsm8k": per_experiment(7 * 5),
     "strategies_repeat": per_experiment(7 * 8, warm_start=True),  # the same on 128 prompts
     # the step-time model's validation arms (docs/cost-model.md; run by `pods-bench profile`)
-    "cost_model": per_experiment(6 * 1, warm_start=True),
+    "cost_model": per_experiment(9 * 1, warm_start=True),
 }
 
 

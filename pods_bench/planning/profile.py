@@ -14,17 +14,18 @@ arm alike. No evaluation; checkpoints only where a round ends. Writes:
 from __future__ import annotations
 
 import json
-import platform
 from pathlib import Path
 
 import numpy as np
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, fit, predict
+from pods_bench.run_info import hardware
 
 
-def arm_configs(config_path, out: Path) -> dict:
-    """Arm -> (trainer settings, its overrides) for profiling runs in out/runs/<arm>."""
+def arm_configs(config_path, out: Path, check_model: bool = True) -> dict:
+    """Arm -> (trainer settings, its overrides, what it sets beyond n, m and the rule) for profiling
+    runs in out/runs/<arm>."""
     from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
 
     config, hardware = load_experiment(config_path)
@@ -32,7 +33,7 @@ def arm_configs(config_path, out: Path) -> dict:
         raise PodsBenchError("pods-bench profile times one process; choose a one-process hardware setup")
     settings = shared_train_settings(config, hardware)
     model = Path(settings.get("model", {}).get("name", ""))
-    if config["warm_start"]["enabled"] and not (model / "config.json").is_file():
+    if check_model and config["warm_start"]["enabled"] and not (model / "config.json").is_file():
         raise PodsBenchError(
             f"the warm-started model {model} does not exist yet: run `pods-bench pretrain --out {model}`"
         )
@@ -43,7 +44,11 @@ def arm_configs(config_path, out: Path) -> dict:
         "eval.inline=false",
     ]
     return {
-        arm: (settings, [*arm_overrides(config, arm), f"output_dir={out / 'runs' / arm}", *fixed])
+        arm: (
+            settings,
+            [*arm_overrides(config, arm), f"output_dir={out / 'runs' / arm}", *fixed],
+            ", ".join(f"{key}={value}" for key, value in config["arms"][arm]["set"].items()),
+        )
         for arm in config["arms"]
     }
 
@@ -56,7 +61,7 @@ def run_interleaved(arms: dict, steps: int, rounds: int) -> None:
 
     schedule = [(r, arm) for r in range(1, rounds + 1) for arm in arms]
     for r, arm in tqdm(schedule, desc="profile", unit="run"):
-        settings, overrides = arms[arm]
+        settings, overrides, _ = arms[arm]
         train(config_from_dict(settings, [*overrides, f"budget.max_steps={steps * r // rounds}"]), progress=False)
 
 
@@ -68,11 +73,12 @@ def arm_records(out: Path, arm: str) -> list[dict]:
 
 def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[str]) -> list[dict]:
     """Per arm: measured mean step time, the prediction from its config alone (lengths of the fitted
-    arms) and from its own measured features (the phase model's error without the length guess)."""
+    arms, within its limits) and from its own measured lengths (the phase model's error without the
+    length guess). `role`: fitted, or what the held-out arm changes (n and m; a setting)."""
     from pods_bench.config import config_from_dict
 
     rows = []
-    for arm, (settings, overrides) in arms.items():
+    for arm, (settings, overrides, changes) in arms.items():
         cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
         records = arm_records(out, arm)
         measured = float(
@@ -85,7 +91,7 @@ def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[st
                 "arm": arm,
                 "n": cfg.selection.n,
                 "m": cfg.selection.m,
-                "role": "fitted" if arm in fitted else "predicted",
+                "role": "fitted" if arm in fitted else f"held out: {changes or 'n, m'}",
                 "steps": len(records),
                 "measured_s": round(measured, 4),
                 "predicted_s": round(from_config, 4),
@@ -113,7 +119,7 @@ def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12
         raise PodsBenchError(f"--steps ({steps}) must be >= --rounds ({rounds}) >= 1")
     run_interleaved(arms, steps, rounds)
     records = [r for arm in fitted for r in arm_records(out, arm)]
-    source = f"profile of {config_path} on {platform.node()} ({platform.processor() or platform.machine()}), fitted on {', '.join(fitted)}"
+    source = f"profile of {config_path} on {hardware()['label']}, fitted on {', '.join(fitted)}"
     model = fit(records, source)
     rows = validation_rows(out, arms, model, fitted)
     atomic_write_json(out / "step_time_model.json", model.to_dict())

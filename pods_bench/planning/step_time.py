@@ -57,6 +57,13 @@ class StepLengths:
             mean([r["update_tokens"] / max(1, r["prompts_kept"] * r["m"]) for r in records]),
         )
 
+    def capped(self, cfg) -> StepLengths:
+        """These lengths within cfg's limits: lengths measured under a higher max_new_tokens cannot
+        all carry over to a lower one (no completion is longer than the limit)."""
+        new = cfg.sampling.max_new_tokens
+        cut = max(0.0, self.decode_width - new)  # a padded update row is prompt + longest completion
+        return StepLengths(self.decode_width - cut, min(self.completion_mean, new), self.update_width - cut)
+
 
 @dataclass
 class StepTimeModel:
@@ -115,8 +122,9 @@ def step_features(cfg, processes: int, lengths: StepLengths) -> dict[str, float]
 
 
 def predict(model: StepTimeModel, cfg, processes: int = 1, lengths: StepLengths | None = None) -> dict[str, float]:
-    """Seconds per phase of one step of `cfg`, and their sum under "step"."""
-    lengths = lengths or model.lengths or StepLengths.from_config(cfg)
+    """Seconds per phase of one step of `cfg`, and their sum under "step". Lengths: those given, else
+    the ones measured where the model was fitted (within cfg's limits), else the config's bounds."""
+    lengths = lengths or (model.lengths.capped(cfg) if model.lengths else StepLengths.from_config(cfg))
     phases = model.phase_seconds(step_features(cfg, processes, lengths))
     return {**phases, "step": sum(phases.values())}
 
