@@ -232,6 +232,18 @@ def resolve_runs(config: dict, hardware: dict, root: Path = ROOT) -> tuple[dict,
 # --- jobs ------------------------------------------------------------------------------------------
 
 
+def previous_seed_runs(config: dict, seed) -> list[tuple[str, int]]:
+    """(arm, seed) of every run a training job of `seed` waits for under `pair_seeds`: all arms of the
+    seed before it in `seeds`. Seed by seed, the arms of one seed are then the only training jobs
+    that run together (the train rule's priority keeps evaluations out while one is ready), so
+    clock comparisons see every arm of a seed under the same machine conditions."""
+    seeds = [int(s) for s in config["seeds"]]
+    at = seeds.index(int(seed))
+    if not config.get("pair_seeds", True) or at == 0:
+        return []
+    return [(arm, seeds[at - 1]) for arm in config["arms"]]
+
+
 def finished_run(config: dict, arm: str, seed, arm_config) -> str:
     """The marker of run (arm, seed) once its evaluations are complete: the training job's where the
     trainer evaluates inline (`eval.inline`), else the evaluation job's."""

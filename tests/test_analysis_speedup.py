@@ -182,3 +182,25 @@ def test_mean_accuracy_uses_the_common_window_when_arms_end_a_step_apart():
     assert s["mean_diff"][0] > 0
     short = ArmCurves("pods", np.array([0.0, 30.0]), np.array([[0.3, 0.65]]))  # stopped halfway
     assert np.isnan(pair_statistics(base, base.curve()[None], short, short.curve()[None], q=0.99)["mean_arm"]).all()
+
+
+def test_arms_with_the_baselines_seeds_are_resampled_in_pairs():
+    """Seed k of both arms shares what seed k's machine and data did (here: a level offset per seed);
+    resampled in pairs, the offsets cancel and the difference is exact in every resample. The same
+    runs under other seed labels (no pairs) give the wide interval the offsets make: the control."""
+    offsets = [0.0, 0.1, -0.1, 0.05]
+    base = [[v + d for v in BASE] for d in offsets]
+    arms = {"grpo": base, "pods": [[v + 0.02 for v in curve] for curve in base]}
+    exp = make_experiment(arms)
+    kw = dict(n_bootstrap=500, seed=0, progress=False)
+    paired = compare_arms(exp, "grpo", "arith", "answer_acc", **kw).set_index("arm").loc["pods"]
+    assert paired["paired_seeds"]
+    assert paired["mean_diff_ci_low"] == pytest.approx(0.02) == paired["mean_diff_ci_high"]
+
+    relabelled = exp.evals.copy()
+    relabelled.loc[relabelled["arm"] == "pods", "seed"] += 10
+    exp.evals = relabelled
+    unpaired = compare_arms(exp, "grpo", "arith", "answer_acc", **kw).set_index("arm").loc["pods"]
+    assert not unpaired["paired_seeds"]
+    assert unpaired["mean_diff"] == pytest.approx(0.02)
+    assert unpaired["mean_diff_ci_high"] - unpaired["mean_diff_ci_low"] > 0.05

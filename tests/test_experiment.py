@@ -121,6 +121,17 @@ def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
     )
 
 
+def test_a_seed_waits_for_every_arm_of_the_seed_before_it():
+    config, _, _ = loaded("smoke")  # seeds [0, 1, 2, 3, 4], pair_seeds by default
+    assert config["pair_seeds"] is True
+    assert experiment.previous_seed_runs(config, 0) == []
+    assert experiment.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m4", 2)]
+    config["seeds"] = [7, 2]  # the order of `seeds`, not their values
+    assert experiment.previous_seed_runs(config, 2) == [("grpo_n16_m16", 7), ("pods_n16_m4", 7)]
+    config["pair_seeds"] = False
+    assert experiment.previous_seed_runs(config, 2) == []
+
+
 def test_analysis_options():
     analysis = {"baseline": "grpo", "benchmark": "gsm8k", "metric": "answer_acc", "q": None, "bootstrap": 1000}
     assert experiment.analysis_options(analysis, "aggregate") == (

@@ -5,6 +5,8 @@ aggregation, plots, manifest."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -99,6 +101,19 @@ def test_paper_setting_end_to_end_with_the_tiny_model(tmp_path, data_dir):
     assert all(r["status"] == "finished" and r["versions"] for r in manifest["runs"])
 
 
+def check_seeds_ran_side_by_side(runs: Path, arms: list[str], seeds: list[int]) -> None:
+    """`pair_seeds`: the arms of a seed trained at the same time (each started before any ended), and
+    no run of a seed started before every run of the seed before it was evaluated (eval.done)."""
+    run = lambda arm, seed: json.loads((runs / arm / f"seed{seed}" / "run.json").read_text())
+    when = lambda text: datetime.fromisoformat(text).timestamp()
+    for at, seed in enumerate(seeds):
+        started = [when(run(arm, seed)["started_at"]) for arm in arms]
+        assert max(started) < min(when(run(arm, seed)["finished_at"]) for arm in arms), seed
+        if at:
+            evaluated = max((runs / arm / f"seed{seeds[at - 1]}" / "eval.done").stat().st_mtime for arm in arms)
+            assert min(started) >= evaluated - 1.0, seed  # started_at is kept to the second
+
+
 def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     configs = ["--configfile", str(CONFIG_DIR / "smoke.yaml"), write_yaml(tmp_path / "short.yaml", SHORT_SMOKE)]
     out = snakemake(tmp_path, "--cores", "2", *configs, env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=900)
@@ -110,7 +125,10 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     runs = sorted(p.relative_to(exp / "runs").as_posix() for p in (exp / "runs").glob("*/seed*"))
     assert runs == ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m4/seed0", "pods_n16_m4/seed1"]
     assert (tmp_path / "results" / "warm_start" / "arith-tiny-test" / "pretrain.json").is_file()
-    assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == {"grpo_n16_m16", "pods_n16_m4"}
+    check_seeds_ran_side_by_side(exp / "runs", ["grpo_n16_m16", "pods_n16_m4"], [0, 1])
+    speedups = pd.read_csv(exp / "summary" / "speedups.csv")
+    assert set(speedups["arm"]) == {"grpo_n16_m16", "pods_n16_m4"}
+    assert speedups.set_index("arm").loc["pods_n16_m4", "paired_seeds"]  # so the analysis pairs them
     figures = sorted(p.name for p in (tmp_path / "figures" / "smoke").glob("*.png"))
     assert figures
 

@@ -20,9 +20,13 @@ speedup is reported as an upper bound "<" t_base / t_last. If the baseline's cur
 checkpoint, the baseline was still improving and its time to peak is right-censored: the speedup is
 reported as a lower bound ">=" (and "n/a" when both happen).
 
-Confidence intervals: seeds are resampled with replacement within each arm independently
-(scipy.stats.bootstrap, paired=False, percentile method, seeded) and the whole statistic, threshold
-included, is recomputed on every resample. A resample in which the arm never reaches the level counts
+Confidence intervals: seeds are resampled with replacement (scipy.stats.bootstrap, percentile
+method, seeded) and the whole statistic, threshold included, is recomputed on every resample. An arm
+with the baseline's seeds is paired with it (paired=True: a resample draws seed k of both), because
+the workflow trains the arms of one seed side by side (`pair_seeds`, docs/workflow.md) and seed k
+of every arm shares the initialisation and the prompt order: what seed k's machine conditions and
+data did to both cancels in their ratio. Other arms are resampled independently (paired=False); the
+`paired_seeds` column says which was done. A resample in which the arm never reaches the level counts
 as speedup 0 (the limit of t_base / t_X as t_X grows), so every resample gives a number and the
 percentile interval is well defined; a lower limit of 0 therefore means "in at least 2.5 % of
 resamples the arm never got there". Arms with a single seed get no interval.
@@ -53,6 +57,7 @@ class ArmCurves:
     arm: str
     times: np.ndarray  # (G,) seconds, ascending
     values: np.ndarray  # (S, G), NaN where a seed has no such checkpoint
+    seeds: tuple = ()  # the S seeds, in the order of the rows of values
 
     @property
     def n_seeds(self) -> int:
@@ -74,7 +79,7 @@ def arm_curves(evals: pd.DataFrame, arm: str, benchmark: str, metric: str, axis:
     if rows[axis].isna().any():
         raise PodsBenchError(f"arm {arm!r} has checkpoints without {axis} (a run whose train_log.jsonl is missing)")
     table = rows.pivot_table(index="seed", columns=axis, values="value", aggfunc="mean").sort_index(axis=1)
-    return ArmCurves(arm, table.columns.to_numpy(float), table.to_numpy(float))
+    return ArmCurves(arm, table.columns.to_numpy(float), table.to_numpy(float), tuple(table.index))
 
 
 # --- the statistics, vectorized over a batch of curves (B, G) ----------------------------------
@@ -171,10 +176,17 @@ def arm_statistics(arm: ArmCurves, curve: np.ndarray, budget: float) -> dict[str
 
 
 def bootstrap_ci(
-    statistic, n_seeds: list[int], keys: list[str], n_resamples: int, seed: int, confidence: float = 0.95
+    statistic,
+    n_seeds: list[int],
+    keys: list[str],
+    n_resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+    paired: bool = False,
 ) -> dict[str, tuple[float, float]]:
     """Percentile intervals of statistic(*seed_indices)[key] when each sample's seeds are resampled
-    independently; {} when there is nothing to resample (a single seed or n_resamples = 0)."""
+    independently (or, `paired`, with the same draws for every sample: equal sizes); {} when there
+    is nothing to resample (a single seed or n_resamples = 0)."""
     if n_resamples <= 0 or min(n_seeds) < 2:
         return {}
 
@@ -191,7 +203,7 @@ def bootstrap_ci(
         result = scipy.stats.bootstrap(
             tuple(np.arange(n) for n in n_seeds),
             stacked,
-            paired=False,
+            paired=paired,
             vectorized=True,
             method="percentile",
             n_resamples=n_resamples,
@@ -347,6 +359,11 @@ def _point_row(c: _Comparison, name: str, arm) -> dict:
     return row
 
 
+def paired_seeds(base: ArmCurves, arm: ArmCurves) -> bool:
+    """Whether the arm's runs pair with the baseline's: the same seeds (more than one)."""
+    return len(base.seeds) > 1 and tuple(base.seeds) == tuple(arm.seeds)
+
+
 def _intervals(c: _Comparison, name: str, arm) -> dict:
     """Bootstrap intervals over seeds: the baseline's own statistics from its seeds alone, an arm's
     against the baseline."""
@@ -366,8 +383,9 @@ def _intervals(c: _Comparison, name: str, arm) -> dict:
             [*c.speedups, "peak_arm", "mean_arm", "mean_diff"],
             c.n_bootstrap,
             c.seed,
+            paired=paired_seeds(base, arm),
         )
-    out = {}
+    out = {"paired_seeds": name != c.baseline and paired_seeds(base, arm)}
     columns = [
         *[(k, k) for k in c.speedups],
         ("peak_arm", "peak"),

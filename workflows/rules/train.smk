@@ -1,6 +1,8 @@
 # One training job per (arm, seed): the shared settings plus the arm's and seed's `--set` overrides.
 # The job's output is a marker written when training has finished; the run folder itself (logs,
 # checkpoints) is the trainer's, so a failed or interrupted job leaves it in place to resume from.
+# With `pair_seeds` (the default) a seed's jobs wait for the seed before it, so the arms of one seed
+# train side by side; the priority puts ready training jobs before evaluations.
 
 
 def train_resource(key: str):
@@ -12,6 +14,11 @@ rule train:
     input:
         config=f"{EXP_DIR}/configs/train.yaml",
         **starting_model(),
+        # ancient: an order, not a dependency (a re-evaluated earlier seed does not retrain this one)
+        previous_seed=lambda wildcards: [
+            ancient(finished_run(arm, seed))
+            for arm, seed in experiment_settings.previous_seed_runs(config, wildcards.seed)
+        ],
     output:
         touch(f"{RUNS_DIR}/{{arm}}/seed{{seed}}/train.done"),
     params:
@@ -23,6 +30,7 @@ rule train:
         f"{LOG_DIR}/train/{{arm}}/seed{{seed}}.log",
     benchmark:
         f"{BENCHMARK_DIR}/train/{{arm}}/seed{{seed}}.tsv"
+    priority: 1
     threads: train_resource("cpus_per_task")
     resources:
         **{key: train_resource(key) for key in job_resources("train", ARMS[0])},
