@@ -487,7 +487,7 @@ CASES = [
         workflow_config(top(epochs=3)),
         DRY_RUN,
         WORKFLOW + "unknown config key epochs (allowed here: analysis, arms, benchmark, description, eval_benchmarks, "
-        "experiment, hardware, paper_logs, resources, seeds, source, train, train_base, warm_start)",
+        "experiment, hardware, pair_seeds, paper_logs, resources, seeds, source, train, train_base, warm_start)",
         NO_RESULTS,
     ),
     Case(
