@@ -43,7 +43,7 @@ def pods_bench_config(out: Path, steps: int):
     from pods_bench.config import config_from_dict
     from pods_bench.planning.profile import arm_configs
 
-    settings, overrides = arm_configs(ROOT / "config" / "smoke.yaml", out)["grpo_n16_m16"]
+    settings, overrides, _ = arm_configs(ROOT / "config" / "smoke.yaml", out)["grpo_n16_m16"]
     settings = {**settings, "model": {**settings["model"], "name": str(WARM_START.resolve())}}
     return config_from_dict(settings, [*overrides, f"budget.max_steps={steps}"])
 
