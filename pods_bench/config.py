@@ -14,8 +14,6 @@ set (the default leaves it open, so that a `TrainConfig()` can be built in code)
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import types
 import typing
 from dataclasses import asdict, dataclass, field
@@ -29,6 +27,7 @@ from pods_bench.engines.base import SamplingConfig, check_distribution  # sampli
 from pods_bench.errors import PodsBenchError
 from pods_bench.models import TinyModelConfig
 from pods_bench.rewards import RewardConfig
+from pods_bench.typed_config import is_dataclass_type, section_from_dict, unknown_key
 
 
 def _require(ok: bool, message: str) -> None:
@@ -403,105 +402,18 @@ class TrainConfig:
         return asdict(self)
 
 
-# --- building dataclasses from plain data, typed by field ---------------------------------------
+# --- dotted keys (`--set selection.n=64`, run.json comparisons) -----------------------------------
 
 
-def _is_dataclass_type(tp) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def _type_name(tp) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(tp, value, key: str):
-    """`value` as field type `tp`, or a one-line error naming `key`."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        for option in options:
-            try:
-                return _coerce(option, value, key)
-            except PodsBenchError:
-                if option is options[-1]:
-                    raise
-    if origin is Literal:
-        if value not in args:
-            raise PodsBenchError(f"config key {key} must be one of {list(args)}, got {value!r}")
-        return value
-    if _is_dataclass_type(tp):
-        return _from_dict(tp, value, key)
-    if origin in (list, tuple):
-        if isinstance(value, str):  # --set eval.benchmarks=gsm8k,math500
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise PodsBenchError(f"config key {key} must be a list, got {value!r}")
-        if origin is tuple and len(args) != len(value):
-            raise PodsBenchError(f"config key {key} must have {len(args)} items, got {value!r}")
-        item_types = args if origin is tuple else [args[0]] * len(value)
-        items = [_coerce(t, v, f"{key}[{i}]") for i, (t, v) in enumerate(zip(item_types, value))]
-        return tuple(items) if origin is tuple else items
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise PodsBenchError(f"config key {key} must be a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    raise PodsBenchError(f"config key {key} must be {_type_name(tp)}, got {value!r}")
-
-
-def _unknown_key(cls, key: str, prefix: str) -> PodsBenchError:
-    names = [f.name for f in dataclasses.fields(cls)]
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
-    return PodsBenchError(f"unknown config key {prefix}{key}{hint}")
-
-
-def _from_dict(cls, data, key: str = ""):
-    if isinstance(data, cls):
-        return data
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise PodsBenchError(f"config key {key or '<root>'} must be a mapping, got {data!r}")
-    prefix = f"{key}." if key else ""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for name, value in data.items():
-        if name not in names:
-            raise _unknown_key(cls, str(name), prefix)
-        kwargs[name] = _coerce(hints[name], value, prefix + name)
-    try:
-        return cls(**kwargs)
-    except PodsBenchError as e:  # a section's own checks in __post_init__
-        if str(e).startswith(("config key ", "unknown config key ")):  # already names its key in full
-            raise
-        raise PodsBenchError(f"config key {key or '<root>'}: {e}") from None  # e.g. RewardConfig's
-
-
-def section_from_dict(cls, data, key: str):
-    """A `cls` dataclass from plain `data`, typed and checked like the config section at `key`."""
-    return _from_dict(cls, data, key)
+def flatten(data: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1} (empty mappings stay values)."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _field_type(path: str):
@@ -509,11 +421,11 @@ def _field_type(path: str):
     cls, tp = TrainConfig, TrainConfig
     parts = path.split(".")
     for i, part in enumerate(parts):
-        if not _is_dataclass_type(cls):
+        if not is_dataclass_type(cls):
             raise PodsBenchError(f"unknown config key {path}")
         hints = typing.get_type_hints(cls)
         if part not in hints:
-            raise _unknown_key(cls, part, ".".join(parts[:i]) + "." if i else "")
+            raise unknown_key(cls, part, ".".join(parts[:i]) + "." if i else "")
         tp = cls = hints[part]
     return tp
 
@@ -551,7 +463,7 @@ def config_from_dict(data: dict, overrides: list[str] = ()) -> TrainConfig:
     for item in overrides:
         path, value = _parse_override(item)
         _set_nested(data, path, value)
-    cfg = _from_dict(TrainConfig, data)
+    cfg = section_from_dict(TrainConfig, data)
     if cfg.output_dir is None:
         cfg.output_dir = f"results/{cfg.experiment}/runs/{cfg.arm}/seed{cfg.seed}"
     validate(cfg)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from pods_bench.config import config_from_dict, flatten
 from pods_bench.errors import PodsBenchError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,17 +124,6 @@ def check_benchmarks(config: dict) -> None:
 # --- the trainer config of each run ----------------------------------------------------------------
 
 
-def flatten(data: dict, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1} (empty mappings stay values)."""
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def merge(base: dict, update: dict) -> dict:
     """`update` merged into `base`, mappings key by key."""
     merged = dict(base)
@@ -212,8 +202,6 @@ def resolve_runs(config: dict, hardware: dict, root: Path = ROOT) -> tuple[dict,
     """(the shared trainer settings, arm -> the trainer config of its first seed, defaults filled in),
     each checked by the trainer's own config loader, so that a trainer-level mistake stops the
     workflow before any job starts."""
-    from pods_bench.config import config_from_dict
-
     settings = shared_train_settings(config, hardware, root)
     try:
         config_from_dict(settings)

@@ -40,19 +40,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from pods_bench import checkpoint as ckpt
 from pods_bench import run_dir as run_folder
-from pods_bench.config import TrainConfig
+from pods_bench.config import TrainConfig, flatten
 from pods_bench.errors import PodsBenchError
 from pods_bench.evaluate import evaluate_missing, load_benchmarks
-from pods_bench.experiment import flatten
 from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
 from pods_bench.logprobs import head_returns_logprobs
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, phase_field
+from pods_bench.sampling import PromptStream, RolloutSampler, derived_seed, timed
 from pods_bench.sharding import gathered, gradient_sync, is_sharded, shard, total_norm, uses_fsdp
 from pods_bench.tasks.prompts import render_prompts
 
@@ -82,29 +81,6 @@ def load_training_prompts(cfg: TrainConfig, tokenizer):
             f"no prompt of task {cfg.task.name!r} fits task.max_prompt_tokens={cfg.task.max_prompt_tokens}"
         )
     return [problems[i] for i in kept], [prompts[i] for i in kept], dropped
-
-
-class PromptStream:
-    """The training prompts in a fresh seeded order each epoch. A cursor counts the prompts handed
-    out so far, so the stream's position is one integer (saved in checkpoints)."""
-
-    def __init__(self, size: int, seed: int):
-        self.size, self.seed = size, seed
-        self._orders: dict[int, np.ndarray] = {}
-
-    def take(self, cursor: int, count: int) -> list[int]:
-        out = []
-        for i in range(cursor, cursor + count):
-            epoch, position = divmod(i, self.size)
-            if epoch not in self._orders:
-                self._orders = {epoch: np.random.default_rng([self.seed, epoch]).permutation(self.size)}
-            out.append(int(self._orders[epoch][position]))
-        return out
-
-
-def derived_seed(*parts: int) -> int:
-    """A 31-bit seed from integers (run seed, step, rank, ...): distinct tuples give unrelated seeds."""
-    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0] >> 1)
 
 
 # --- sequences and log-probs ---------------------------------------------------------------------
@@ -242,16 +218,6 @@ def all_reduce(values: dict[str, float], accelerator, op: str = "sum") -> dict[s
         reduce_op = torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX
         torch.distributed.all_reduce(t, op=reduce_op)
     return dict(zip(values, t.tolist()))
-
-
-@contextmanager
-def timed(times: dict, phase: str, device):
-    """Adds the phase's wall time to times[phase] (waiting for queued GPU work to finish)."""
-    started = time.perf_counter()
-    yield
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    times[phase] = times.get(phase, 0.0) + time.perf_counter() - started
 
 
 # --- the update ----------------------------------------------------------------------------------
@@ -744,17 +710,29 @@ def make_accelerator(cfg: TrainConfig):
 
 def train_step(run: Run, stream: PromptStream) -> dict:
     """One step of GRPO / GRPO-PODS, steps 1-7 of the module docstring; returns its log record."""
-    from pods_bench.allocation import RolloutSampler
-
-    cfg, p, accelerator, times = run.cfg, run.progress, run.accelerator, {}
+    cfg, p, accelerator = run.cfg, run.progress, run.accelerator
 
     # 1-3. prompts, rollouts and rewards: the allocation strategy decides which prompts get how many
     # rollouts (the paper's: the next P prompts, n each, as G groups with selection.groups_per_prompt);
     # the sampler times generation and grading, the strategy's own bookkeeping counts as selection
     failpoint("gen")
-    sampler, started = RolloutSampler(run, stream, times), time.perf_counter()
+    sampler = RolloutSampler(
+        cfg,
+        stream,
+        step=p.step,
+        cursor=p.cursor,
+        prompts=run.prompts,
+        problems=run.problems,
+        engine=run.engine,
+        grade=run.reward_fn,
+        rank=accelerator.process_index,
+        world=accelerator.num_processes,
+        device=accelerator.device,
+    )
+    started = time.perf_counter()
     with gathered(run.learner.model, run.engine):  # sharded weights: whole while HF generate samples
         batch, allocation = run.allocator.collect(sampler)
+    p.cursor, times = sampler.cursor, sampler.times  # every prompt drawn is consumed
     times["select"] = max(0.0, time.perf_counter() - started - times.get("gen", 0.0) - times.get("reward", 0.0))
     rewards = torch.from_numpy(batch.rewards)
 
@@ -822,9 +800,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             record = train_step(run, stream)
             if main:
                 append_jsonl(cfg.run_dir / TRAIN_LOG, [record])
-                bar.set_postfix(
-                    step=p.step, clock=f"{p.clock:.1f}s", reward=f"{record['reward_mean']:.3f}", refresh=False
-                )
+                reward = record["reward_mean"]  # None for a step that trained on no group (when_short: train)
+                shown = "n/a" if reward is None else f"{reward:.3f}"
+                bar.set_postfix(step=p.step, clock=f"{p.clock:.1f}s", reward=shown, refresh=False)
                 bar.update(1 if cfg.budget.max_steps is not None else min(p.clock, bar.total) - bar.n)
             if p.checkpoint_due(cfg):
                 run.checkpoint_and_evaluate()

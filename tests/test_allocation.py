@@ -10,16 +10,15 @@ strategy, and exact resumes of their state, are in tests/test_allocation_trainin
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
-from pods_bench.allocation import ALLOCATION_STRATEGIES, Graded, Groups, RolloutSampler, make_allocator
+from pods_bench.allocation import ALLOCATION_STRATEGIES, make_allocator
 from pods_bench.config import config_from_dict, validate
 from pods_bench.errors import PodsBenchError
-from pods_bench.train import KeptRollout, Progress, PromptStream, keep_rollouts
+from pods_bench.sampling import Graded, Groups, PromptStream, RolloutSampler
+from pods_bench.train import KeptRollout, keep_rollouts
 
 NUM_PROMPTS = 12
 
@@ -29,13 +28,8 @@ class ScriptedSampler(RolloutSampler):
     (reward 1) and the rest wrong (reward 0). Records what it was asked to sample."""
 
     def __init__(self, cfg, rates: dict[int, float], step: int = 0, cursor: int = 0):
-        run = SimpleNamespace(
-            cfg=cfg,
-            progress=Progress(step=step, cursor=cursor),
-            prompts=["?"] * NUM_PROMPTS,
-            accelerator=SimpleNamespace(process_index=0, num_processes=1),
-        )
-        super().__init__(run, PromptStream(NUM_PROMPTS, cfg.seed), {})
+        stream = PromptStream(NUM_PROMPTS, cfg.seed)
+        super().__init__(cfg, stream, step=step, cursor=cursor, prompts=["?"] * NUM_PROMPTS)
         self.rates, self.calls_made = rates, []
 
     def sample(self, prompts, k, owners=None, repeats=1):
@@ -91,7 +85,7 @@ def test_dynamic_sampling_refills_until_the_batch_is_full_and_drops_the_surplus(
     assert batch.rewards.shape == (2, 8)
     assert stats == {"rounds": 2, "groups_sampled": 6, "groups_dropped": 4}
     assert [c[0] for c in sampler.calls_made] == [order[0:3], order[3:6]]
-    assert sampler.run.progress.cursor == 6  # every drawn prompt is consumed, surplus included
+    assert sampler.cursor == 6  # every drawn prompt is consumed, surplus included
 
 
 def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds():
@@ -148,7 +142,7 @@ def test_greso_records_streaks_from_every_group_and_skips_at_the_rate_it_says():
     kept, g._skipped = [], 0
     for r in range(200):
         kept += g.candidates(sampler, 3, r)[0]
-    drawn = sampler.run.progress.cursor  # the data cursor: every drawn prompt, kept or skipped, moved it on
+    drawn = sampler.cursor  # the data cursor: every drawn prompt, kept or skipped, moved it on
     assert 0.2 < len(kept) / drawn < 0.3 and g._skipped == drawn - len(kept)
     # worked by hand: walk the seeded stream, one uniform draw of the round's generator per prompt
     expected, cursor = [], 0
@@ -245,7 +239,7 @@ def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
     }
 
     # the next step commits the one left at once: its pilot is one step old
-    left, cursor = list(pc.buffer)[0], sampler.run.progress.cursor
+    left, cursor = list(pc.buffer)[0], sampler.cursor
     pc.settings = make_cfg(
         "pilot_commit", P=2, pilot_prompts=3, max_rounds=1, when_short="train"
     ).allocation.pilot_commit
@@ -259,7 +253,7 @@ def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
     sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0), step=2, cursor=NUM_PROMPTS)
     pc.collect(sampler)
     piloted = [p for prompts, k in sampler.calls_made if k == 2 for p in prompts]
-    drawn = PromptStream(NUM_PROMPTS, 0).take(NUM_PROMPTS, sampler.run.progress.cursor - NUM_PROMPTS)
+    drawn = PromptStream(NUM_PROMPTS, 0).take(NUM_PROMPTS, sampler.cursor - NUM_PROMPTS)
     assert len(piloted) == 9 and order[1] not in piloted
     assert sorted(piloted + [order[1]] * (order[1] in drawn)) == sorted(drawn)
 

@@ -176,3 +176,18 @@ def test_a_step_that_cannot_fill_its_batch_stops_the_run_with_one_line(tmp_path)
         line,
     ), line
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "stopped"
+
+
+def test_a_step_with_no_group_to_train_on_goes_on_with_when_short_train(tmp_path):
+    """The untrained tiny model answers nothing right, so Pilot-Commit finds no informative prompt;
+    with when_short: train each step trains on nothing, logs it and the run goes on (the progress
+    bar once failed on the step's reward mean, None)."""
+    settings = tiny_run(
+        tmp_path / "run",
+        allocation={"strategy": "pilot_commit", "pilot_commit": {"when_short": "train", "max_rounds": 2}},
+    )
+    train(config_from_dict(settings), progress=True)
+    steps = read_lines(tmp_path / "run" / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert all(r["groups_trained"] == 0 and r["reward_mean"] is None and r["trained_tokens"] == 0 for r in steps)
+    assert all(r["rollouts_generated"] > 0 for r in steps)  # it sampled, and spent the time

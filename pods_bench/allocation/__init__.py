@@ -1,6 +1,7 @@
 """Rollout allocation: which prompts get how many rollouts in a step (step 1-3 of pods_bench.train).
 
-A strategy's `collect(sampler)` returns the groups the step trains on, each of selection.n graded
+A strategy's `collect(sampler)` (pods_bench/sampling.py: the seeded prompt stream, sampling and
+grading) returns the groups the step trains on, each of selection.n graded
 rollouts of one prompt; the selection rule then keeps m of each group (pods_bench/selection.py), so
 every strategy composes with every rule (Pilot-Commit + max_variance is PODS inside Pilot-Commit).
 
@@ -19,7 +20,7 @@ and its per-prompt state is saved in every checkpoint. docs/allocation.md compar
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import AllocationStrategy, Graded, Groups, RolloutSampler
+from pods_bench.allocation.base import AllocationStrategy
 from pods_bench.allocation.dynamic_sampling import DynamicSampling
 from pods_bench.allocation.greso import Greso
 from pods_bench.allocation.pilot_commit import PilotCommit
@@ -32,7 +33,7 @@ ALLOCATION_STRATEGIES: dict[str, type[AllocationStrategy]] = {
     "pilot_commit": PilotCommit,
 }
 
-__all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "Graded", "Groups", "RolloutSampler", "make_allocator"]
+__all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "make_allocator"]
 
 
 def make_allocator(cfg, num_prompts: int) -> AllocationStrategy:

@@ -15,14 +15,8 @@ still differ in its format terms, and so still have an advantage).
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import (
-    AllocationStrategy,
-    Graded,
-    Groups,
-    RolloutSampler,
-    check_not_exhausted,
-    short_batch,
-)
+from pods_bench.allocation.base import AllocationStrategy, check_not_exhausted, short_batch
+from pods_bench.sampling import Graded, Groups, RolloutSampler
 
 
 class DynamicSampling(AllocationStrategy):

@@ -30,8 +30,8 @@ import math
 
 import numpy as np
 
-from pods_bench.allocation.base import Graded, RolloutSampler
 from pods_bench.allocation.dynamic_sampling import DynamicSampling
+from pods_bench.sampling import Graded, RolloutSampler
 
 
 class Greso(DynamicSampling):

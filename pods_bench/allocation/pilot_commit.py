@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pods_bench.allocation.base import AllocationStrategy, Groups, RolloutSampler, check_not_exhausted, short_batch
+from pods_bench.allocation.base import AllocationStrategy, check_not_exhausted, short_batch
 from pods_bench.errors import PodsBenchError
+from pods_bench.sampling import Groups, RolloutSampler
 
 
 @dataclass

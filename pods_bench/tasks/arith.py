@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass
 
 from pods_bench.errors import PodsBenchError
-from pods_bench.tasks import Problem, Task, register_task
+from pods_bench.tasks.base import Problem, Task, register_task
 
 # Short words on purpose: every character is a decoding step or a token of the update's forward pass.
 NAMES = ("Ann", "Bob", "Cal", "Dee", "Eve", "Fay", "Gus", "Hal")

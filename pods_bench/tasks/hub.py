@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.rewards.extraction import last_boxed
-from pods_bench.tasks import Problem, Task, register_task, resolve_data_dir
+from pods_bench.tasks.base import Problem, Task, register_task, resolve_data_dir
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import date, datetime
 
 from pods_bench.errors import PodsBenchError
-from pods_bench.tasks import Problem
+from pods_bench.tasks.base import Problem
 
 # Verbatim from the official code (github.com/YixuanEvenXu/pods, utils/data.py).
 SYSTEM_PROMPT_INSTRUCT = """

@@ -1,0 +1,111 @@
+"""Plain data (a YAML file's content, run.json, `--set` values) to typed dataclasses: each value
+coerced to its field's declared type, nested sections built recursively, and every mistake (unknown
+key, wrong type, a section's own check) one `PodsBenchError` line naming the dotted key.
+
+The training config (config.py) is built with it, and so is a plugin's own settings section (an
+engine's options, engines/vllm.py): `section_from_dict(cls, data, "engine.vllm")`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal
+
+from pods_bench.errors import PodsBenchError
+
+
+def is_dataclass_type(tp) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(tp, value, key: str):
+    """`value` as field type `tp`, or a one-line error naming `key`."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        for option in options:
+            try:
+                return _coerce(option, value, key)
+            except PodsBenchError:
+                if option is options[-1]:
+                    raise
+    if origin is Literal:
+        if value not in args:
+            raise PodsBenchError(f"config key {key} must be one of {list(args)}, got {value!r}")
+        return value
+    if is_dataclass_type(tp):
+        return section_from_dict(tp, value, key)
+    if origin in (list, tuple):
+        if isinstance(value, str):  # --set eval.benchmarks=gsm8k,math500
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise PodsBenchError(f"config key {key} must be a list, got {value!r}")
+        if origin is tuple and len(args) != len(value):
+            raise PodsBenchError(f"config key {key} must have {len(args)} items, got {value!r}")
+        item_types = args if origin is tuple else [args[0]] * len(value)
+        items = [_coerce(t, v, f"{key}[{i}]") for i, (t, v) in enumerate(zip(item_types, value))]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise PodsBenchError(f"config key {key} must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise PodsBenchError(f"config key {key} must be {_type_name(tp)}, got {value!r}")
+
+
+def unknown_key(cls, key: str, prefix: str) -> PodsBenchError:
+    names = [f.name for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return PodsBenchError(f"unknown config key {prefix}{key}{hint}")
+
+
+def section_from_dict(cls, data, key: str = ""):
+    """A `cls` dataclass from plain `data`, typed and checked like the config section at `key`."""
+    if isinstance(data, cls):
+        return data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PodsBenchError(f"config key {key or '<root>'} must be a mapping, got {data!r}")
+    prefix = f"{key}." if key else ""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in names:
+            raise unknown_key(cls, str(name), prefix)
+        kwargs[name] = _coerce(hints[name], value, prefix + name)
+    try:
+        return cls(**kwargs)
+    except PodsBenchError as e:  # a section's own checks in __post_init__
+        if str(e).startswith(("config key ", "unknown config key ")):  # already names its key in full
+            raise
+        raise PodsBenchError(f"config key {key or '<root>'}: {e}") from None  # e.g. RewardConfig's
