@@ -29,6 +29,7 @@ import torch
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
 from pods_bench.io import atomic_write_json
+from pods_bench.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
 from pods_bench.run_dir import CHECKPOINTS
 from pods_bench.sharding import full_model_state, full_optimizer_state, is_sharded, load_optimizer_state
 
@@ -44,8 +45,6 @@ def checkpoint_name(step: int) -> str:
 
 def load_base_model(cfg):
     """The initial policy from `cfg.model` (no adapter): (model, tokenizer)."""
-    from pods_bench.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
-
     if cfg.model.name == "tiny":
         tokenizer = build_char_tokenizer()
         model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.init_seed)
@@ -70,7 +69,6 @@ def load_policy(cfg, checkpoint: str | Path | None = None):
     weights = Path(checkpoint) / "model" if checkpoint is not None else None
     if weights is not None and not cfg.lora.enabled:
         # full fine-tuning: the checkpoint is a complete model folder (weights, config, tokenizer)
-        from pods_bench.models import build_char_tokenizer, load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(str(weights), dtype=cfg.model.dtype)
         set_attention(model, cfg)

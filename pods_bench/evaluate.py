@@ -19,12 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
+from pods_bench import checkpoint as ckpt
+from pods_bench.checkpoint import prune, read_state
+from pods_bench.config import config_from_dict
+from pods_bench.engines import make_engine
 from pods_bench.engines.base import RolloutEngine, SamplingConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, read_jsonl
+from pods_bench.rewards import RewardFunction, extract_answer, format_correct, gold_texts
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, read_run_json
-from pods_bench.tasks.prompts import render_prompts
+from pods_bench.tasks import load_problems
+from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
 
 
 @dataclass
@@ -35,9 +41,6 @@ class Benchmark:
 
 
 def load_benchmarks(cfg, tokenizer) -> list[Benchmark]:
-    from pods_bench.tasks import load_problems
-    from pods_bench.tasks.prompts import filter_by_prompt_length
-
     benchmarks = []
     for name in cfg.eval.benchmarks:
         problems = load_problems(name, cfg.eval.split, data_dir=cfg.data_dir, limit=cfg.eval.n_problems)
@@ -57,8 +60,6 @@ def load_benchmarks(cfg, tokenizer) -> list[Benchmark]:
 
 def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, reward_fn) -> dict:
     """Metrics of the engine's current policy on one benchmark, one list entry per repeat."""
-    from pods_bench.rewards import extract_answer, format_correct, gold_texts
-
     golds = gold_texts(benchmark.problems, reward_fn.config.grading)
     metrics: dict[str, list[float]] = {"answer_acc": [], "format_acc": [], "both_acc": [], "mean_length": []}
     examples = []
@@ -152,8 +153,6 @@ def evaluate_missing(
     """Evaluate the policy the engine samples from, saved as `checkpoint`, on the benchmarks that
     checkpoint has no record for yet (after a crash in the middle of writing its records, only the
     rest), append the records and prune if asked. Returns the number of records written."""
-    from pods_bench.checkpoint import read_state
-
     done = evaluated(run_dir).get(checkpoint.name, set())
     missing = [b for b in benchmarks if b.name not in done]
     if not missing:
@@ -173,11 +172,6 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
     records written. `overrides` (`eval.n_problems=100`, ...) apply to the run's recorded config."""
     import torch
     from transformers.utils import logging as hf_logging
-
-    from pods_bench import checkpoint as ckpt
-    from pods_bench.config import config_from_dict
-    from pods_bench.engines import make_engine
-    from pods_bench.rewards import RewardFunction
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bar for every checkpoint in the job log
     run_dir = Path(run_dir)
@@ -211,6 +205,4 @@ def evaluate_run(run_dir: str | Path, overrides: list[str] = ()) -> int:
 def prune_if_asked(run_dir: Path, cfg) -> None:
     """eval.keep_checkpoints=last: delete fully evaluated checkpoints but the newest."""
     if cfg.eval.keep_checkpoints == "last":
-        from pods_bench.checkpoint import prune
-
         prune(run_dir, fully_evaluated(run_dir, cfg.eval.benchmarks))

@@ -25,6 +25,7 @@ import yaml
 
 from pods_bench.config import config_from_dict, flatten
 from pods_bench.errors import PodsBenchError
+from pods_bench.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflows" / "schemas" / "config.schema.yaml"
@@ -110,8 +111,6 @@ def hardware_setup(name: str, hardware_file: str | Path = HARDWARE_FILE) -> dict
 
 def check_benchmarks(config: dict) -> None:
     """The training and evaluation benchmarks are tasks pods-bench knows."""
-    from pods_bench.tasks import get_task
-
     for key, name in [("benchmark", config["benchmark"])] + [
         (f"eval_benchmarks[{i}]", b) for i, b in enumerate(config["eval_benchmarks"])
     ]:
@@ -297,12 +296,37 @@ def paper_logs_dir(config: dict, root: Path = ROOT) -> str:
 # --- outside Snakemake -----------------------------------------------------------------------------
 
 
-def load_experiment(path: str | Path) -> tuple[dict, dict]:
-    """(experiment config with the schema's defaults filled in, its hardware setup), outside Snakemake."""
-    from snakemake.utils import validate
+def with_schema_defaults(config: dict, schema: str | Path = SCHEMA) -> dict:
+    """`config` with the JSON schema's `default`s filled in where a key is missing, at every level
+    (arms' `set` included), as Snakemake's `validate` fills them: jsonschema's documented way of
+    extending a validator, so that reading an experiment needs no Snakemake. The config must follow
+    the schema (`schema_error`)."""
+    import jsonschema
 
+    schema = yaml.safe_load(Path(schema).read_text(encoding="utf-8"))
+    base = jsonschema.validators.validator_for(schema)
+    check_properties = base.VALIDATORS["properties"]
+
+    def fill_defaults(validator, properties, instance, subschema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub:
+                    instance.setdefault(key, json.loads(json.dumps(sub["default"])))  # a copy
+        yield from check_properties(validator, properties, instance, subschema)
+
+    filled = json.loads(json.dumps(config))
+    jsonschema.validators.extend(base, {"properties": fill_defaults})(schema).validate(filled)
+    return filled
+
+
+def load_experiment(path: str | Path) -> tuple[dict, dict]:
+    """(experiment config with the schema's defaults filled in, its hardware setup), outside
+    Snakemake; a config against the schema is a one-line error naming the key."""
     config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    validate(config, str(SCHEMA))
+    mistake = schema_error(config)
+    if mistake:
+        raise PodsBenchError(f"{path}: {mistake}")
+    config = with_schema_defaults(config)
     return config, hardware_setup(config["hardware"])
 
 

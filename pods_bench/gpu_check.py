@@ -37,7 +37,18 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from pods_bench import run_info
+from pods_bench import train as T
+from pods_bench.config import config_from_dict
+from pods_bench.engines.hf import HFEngine
 from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import hardware_setup
+from pods_bench.io import atomic_write_json, atomic_write_text, read_jsonl
+from pods_bench.models import TokenIdTokenizer, build_random_model
+from pods_bench.planning.architecture import known_models
+from pods_bench.planning.memory import Lengths, memory_estimate
+from pods_bench.planning.step_time import StepLengths, from_hardware, predict
+from pods_bench.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN_3B = "Qwen/Qwen2.5-3B-Instruct"
@@ -64,8 +75,6 @@ def hardware_for_gpu(name: str, total_bytes: int) -> tuple[str, dict]:
     accelerator has this name (an H100's when none does), and the memory the device reports. A MIG
     slice, a 40 GB A100 or a PCIe/NVL variant has other memory than the datasheet's card; a MIG
     slice also has only part of its speed, which the label says."""
-    from pods_bench.experiment import hardware_setup
-
     setup = next((setup for key, setup in DATASHEETS if key in name), None)
     base = hardware_setup(setup or "h100x8")
     label = f"{name}, {total_bytes / 2**30:.1f} GiB, {setup or 'h100x8'} datasheet speeds"
@@ -76,8 +85,6 @@ def hardware_for_gpu(name: str, total_bytes: int) -> tuple[str, dict]:
 
 def hardware_for(device: str) -> tuple[str, dict]:
     import torch
-
-    from pods_bench.experiment import hardware_setup
 
     if device != "cuda":
         return "cpu", hardware_setup("cpu")
@@ -168,10 +175,6 @@ def cuda_tests(device: str, out: Path) -> dict:
 def smoke_training(device: str, out: Path, smoke: dict) -> Iterator[dict]:
     """GRPO n/n and PODS n/m (max-variance) on the arith task, the tiny model from scratch, in a
     fresh `out`/smoke: a finished run there would be resumed (no steps, the old timings)."""
-    from pods_bench.config import config_from_dict
-    from pods_bench.io import read_jsonl
-    from pods_bench.train import train
-
     shutil.rmtree(out / "smoke", ignore_errors=True)
     for n, m in smoke["arms"]:
         arm = f"{'grpo' if n == m else 'pods'}_n{n}_m{m}"
@@ -210,8 +213,6 @@ def smoke_training(device: str, out: Path, smoke: dict) -> Iterator[dict]:
 
 
 def paper_config(device: str, mode: str, n: int, m: int, s: dict):
-    from pods_bench.config import config_from_dict
-
     lora = mode == "lora"
     model = {"name": QWEN_3B, "mixed_precision": "bf16" if device == "cuda" else "no", "gradient_checkpointing": True}
     model["dtype"] = "bfloat16" if lora and device == "cuda" else "float32"
@@ -246,10 +247,6 @@ def measure_step(cfg, dims, device: str, s: dict) -> dict:
     import torch
     from accelerate import Accelerator
     from transformers import get_scheduler
-
-    from pods_bench import train as T
-    from pods_bench.engines.hf import HFEngine
-    from pods_bench.models import TokenIdTokenizer, build_random_model
 
     memory = DeviceMemory(device)
     policy = build_random_model(dims, cfg.model.dtype, device)
@@ -324,9 +321,6 @@ def measure_step(cfg, dims, device: str, s: dict) -> dict:
 def plan_row(cfg, dims, hardware: dict, s: dict) -> dict:
     """What `pods-bench plan` predicts for one row, in the measured row's units: the allocator's
     MiB (the framework's share is outside the allocator) and seconds per phase."""
-    from pods_bench.planning.memory import Lengths, memory_estimate
-    from pods_bench.planning.step_time import StepLengths, from_hardware, predict
-
     plan = memory_estimate(cfg, dims, hardware, Lengths(s["prompt"], s["completion"]))
     parts = plan["parts"]
     resting = parts["weights"] + parts["optimizer"] + parts["reference_model"]
@@ -350,8 +344,6 @@ def paper_scale(device: str, s: dict, hardware: dict) -> Iterator[dict]:
     weights, optimizer state and gradients) is skipped; one that runs out of memory is recorded,
     its memory released, and the next row runs."""
     import torch
-
-    from pods_bench.planning.architecture import known_models
 
     dims = known_models()[QWEN_3B]
     if device != "cuda":  # the same code path on a model small enough for a CPU
@@ -423,9 +415,6 @@ def markdown(report: dict) -> str:
 
 def gpu_check(out, device: str = "auto") -> dict:
     import torch
-
-    from pods_bench import run_info
-    from pods_bench.io import atomic_write_json, atomic_write_text
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

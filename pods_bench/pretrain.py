@@ -31,7 +31,9 @@ from pathlib import Path
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.io import atomic_write_json
-from pods_bench.models import TinyModelConfig
+from pods_bench.models import TinyModelConfig, build_char_tokenizer, build_tiny_model, save_model
+from pods_bench.tasks import get_task
+from pods_bench.tasks.prompts import build_prompt
 
 PRETRAIN_FORMAT = 1  # bump when the training recipe's code changes, so cached folders are rebuilt
 META_FILE = "pretrain.json"
@@ -83,8 +85,6 @@ class PretrainConfig:
 
 def render_prompt(cfg: PretrainConfig, problem, tokenizer) -> str:
     """The prompt exactly as the trainer renders it with the same style and system prompt."""
-    from pods_bench.tasks.prompts import build_prompt
-
     return build_prompt(problem, tokenizer, style=cfg.prompt_style, system_prompt=cfg.system_prompt)
 
 
@@ -146,8 +146,6 @@ def make_batch(prompt_ids, completions, tokenizer):
 
 
 def training_problems(cfg: PretrainConfig) -> list:
-    from pods_bench.tasks import get_task
-
     problems = get_task(cfg.task).load("train")
     if not problems or any(p.solution is None for p in problems):
         raise PodsBenchError(f"task {cfg.task!r} has no worked solutions to warm-start on")
@@ -159,8 +157,6 @@ def train_warm_start(cfg: PretrainConfig, problems: list, show_progress: bool = 
     tokenizer, stats)."""
     import torch
     from tqdm.auto import tqdm
-
-    from pods_bench.models import build_char_tokenizer, build_tiny_model
 
     cfg.validate()
     tokenizer = build_char_tokenizer()
@@ -222,8 +218,6 @@ def pretrain(cfg: PretrainConfig, out: str | Path, show_progress: bool = True) -
     """Make sure `out` holds a warm-started model for `cfg`. Returns (folder, reused)."""
     import torch
     import transformers
-
-    from pods_bench.models import build_char_tokenizer, save_model
 
     cfg.validate()
     out = Path(out)

@@ -15,7 +15,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pods_bench import run_info
 from pods_bench.errors import PodsBenchError
+from pods_bench.io import atomic_write_json
+from pods_bench.slurm import current_job
 
 RUN_JSON = "run.json"
 TRAIN_LOG = "train_log.jsonl"
@@ -63,10 +66,6 @@ def read_run_json(run_dir: str | Path) -> dict:
 def start_run(cfg, previous: dict | None, resume_from: Path | None, step: int, clock: float, extra: dict) -> None:
     """Write run.json for a run that starts (or resumes at `resume_from`): the resolved config, seed,
     package versions and hardware, status "running". `extra` adds fields (hardware, data counts)."""
-    from pods_bench import run_info
-    from pods_bench.io import atomic_write_json
-    from pods_bench.slurm import current_job
-
     job = current_job()
     jobs = [{**job, "at": now()}] if job else []
     run = {
@@ -92,8 +91,6 @@ def start_run(cfg, previous: dict | None, resume_from: Path | None, step: int, c
 
 def finish_run(run_dir: str | Path, status: str, stop_reason: str | None, step: int, clock: float) -> None:
     """Record how the run ended ("finished" or "stopped") in run.json."""
-    from pods_bench.io import atomic_write_json
-
     run = read_run_json(run_dir)
     run.update(status=status, stop_reason=stop_reason, finished_at=now(), step=step, train_time_s=clock)
     atomic_write_json(Path(run_dir) / RUN_JSON, run)

@@ -13,6 +13,10 @@ prompts at once. `select(rule, rewards, m)` validates the input and dispatches t
 `nonuniform_groups(rewards)` is DAPO's dynamic-sampling filter (drop prompts whose n rewards are all
 equal: they carry no GRPO signal); its mask combines with any rule: `select(rule, rewards[mask], m)`.
 
+`choose(rewards, selection_config, generator)` is steps 4-5 of a training step in one place: the
+optional filter, the rule (or CPPO's batch-level pruning, `scope: batch`) and the advantages (over
+the kept m, or over all n with `advantage_over: all`).
+
 Tie-breaking is deterministic and device-independent: equal rewards are ordered by rollout index,
 exactly as a stable sort orders them, so the same rewards always give the same indices.
 """
@@ -20,12 +24,17 @@ exactly as a stable sort orders them, so the same rewards always give the same i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from pods_bench.errors import PodsBenchError
+
+if TYPE_CHECKING:
+    from pods_bench.config import SelectionConfig
 
 # rule(rewards (P, n) float, m, generator) -> indices (P, m) int64
 SelectionRule = Callable[[Tensor, int, "torch.Generator | None"], Tensor]
@@ -180,3 +189,53 @@ def group_advantages(kept_rewards: Tensor, scale_by_std: bool = True, eps: float
         std = (advantage.square().sum(1, keepdim=True) / (m - 1)).sqrt()  # sqrt(sum (r_i - mean)^2 / (m - 1))
         advantage = advantage / (std + eps)
     return torch.where(uniform, torch.zeros_like(advantage), advantage)
+
+
+# --- steps 4-5 of a training step: which rollouts train, with which advantages ---------------------
+
+
+@dataclass
+class Choice:
+    """The rollouts a step trains on: rollout `cols[i]` of group `groups[rows[i]]`, with advantage
+    `advantages[i]` and reward `rewards[i]`; `informative` marks the groups whose n rewards differ."""
+
+    groups: list[int]  # the groups that train (all, or those the DAPO filter keeps), in batch order
+    rows: Tensor  # (kept,) index into `groups`
+    cols: Tensor  # (kept,) the rollout within its group
+    advantages: Tensor  # (kept,)
+    rewards: Tensor  # (kept,)
+    informative: Tensor  # (all groups,) bool
+
+
+def choose(rewards: Tensor, s: SelectionConfig, generator: torch.Generator | None = None) -> Choice:
+    """Optionally drop all-equal groups (DAPO's filter, without refill), keep m of each group's n by
+    the selection rule and normalise advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps);
+    or (CPPO, advantage_over: all) over all n, kept as they are for the kept rollouts, optionally
+    choosing the groups x m kept over the whole batch (scope: batch)."""
+    m = s.m
+    informative = nonuniform_groups(rewards)
+    keep = informative if s.filter_uniform_groups else torch.ones(len(rewards), dtype=torch.bool)
+    groups = keep.nonzero().squeeze(1).tolist()
+    if not groups:
+        empty = torch.zeros(0, dtype=torch.long)
+        return Choice(
+            [], empty, empty, torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64), informative
+        )
+    kept = rewards[keep]
+    over_all = group_advantages(kept, scale_by_std=s.scale_advantage_by_std) if s.advantage_over == "all" else None
+    if s.scope == "batch":
+        # CPPO's pruning (lzhxmu/CPPO@52faeb3, cppo_verl/recipe/cppo/src/cppo_ray_trainer.py:L310-L328):
+        # the groups x m rollouts of the batch with the largest |A|, in batch order
+        flat = torch.sort(over_all.abs().flatten(), descending=True, stable=True).indices[: len(groups) * m]
+        flat = flat.sort().values
+        rows, cols = flat // kept.shape[1], flat % kept.shape[1]
+        advantages = over_all[rows, cols]
+    else:
+        chosen = select(s.rule, kept, m, generator)  # (kept groups, m)
+        rows, cols = torch.arange(len(groups)).repeat_interleave(m), chosen.flatten()
+        advantages = (
+            over_all[rows, cols]
+            if over_all is not None
+            else group_advantages(kept.gather(1, chosen), scale_by_std=s.scale_advantage_by_std).flatten()
+        )
+    return Choice(groups, rows, cols, advantages, kept[rows, cols], informative)

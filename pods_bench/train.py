@@ -44,16 +44,23 @@ import torch
 
 from pods_bench import checkpoint as ckpt
 from pods_bench import run_dir as run_folder
+from pods_bench import run_info
+from pods_bench.allocation import make_allocator
 from pods_bench.config import TrainConfig, flatten
+from pods_bench.engines import make_engine
 from pods_bench.errors import PodsBenchError
 from pods_bench.evaluate import evaluate_missing, load_benchmarks
 from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
 from pods_bench.logprobs import head_returns_logprobs
+from pods_bench.rewards import RewardFunction
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, phase_field
 from pods_bench.sampling import PromptStream, RolloutSampler, derived_seed, timed
+from pods_bench.selection import choose
 from pods_bench.sharding import gathered, gradient_sync, is_sharded, shard, total_norm, uses_fsdp
-from pods_bench.tasks.prompts import render_prompts
+from pods_bench.tasks import load_problems
+from pods_bench.tasks.hub import released_math_gold
+from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
 
 # Config keys that may change when a run is resumed (e.g. a larger budget); anything else must match.
 RESUMABLE_CHANGES = ("budget.", "eval.", "reward.workers")
@@ -64,15 +71,10 @@ RESUMABLE_CHANGES = ("budget.", "eval.", "reward.workers")
 
 def load_training_prompts(cfg: TrainConfig, tokenizer):
     """(problems, prompts, number dropped as too long) of the training split."""
-    from pods_bench.tasks import load_problems
-    from pods_bench.tasks.prompts import filter_by_prompt_length
-
     problems = load_problems(cfg.task.name, cfg.task.split, data_dir=cfg.data_dir, limit=cfg.task.limit)
     if not problems:
         raise PodsBenchError(f"task {cfg.task.name!r} split {cfg.task.split!r} has no rows")
     if cfg.task.math_gold == "released" and cfg.task.name == "math":  # exact replication of a known bug
-        from pods_bench.tasks.hub import released_math_gold
-
         problems = [replace(p, gold=released_math_gold(p.solution)) for p in problems]
     prompts = render_prompts(problems, tokenizer, cfg.task)
     kept, dropped = filter_by_prompt_length(prompts, tokenizer, cfg.task.max_prompt_tokens)
@@ -392,40 +394,14 @@ class Kept:
 
 
 def keep_rollouts(rewards: torch.Tensor, rollouts, cfg: TrainConfig, generator: torch.Generator) -> Kept:
-    """Optionally drop all-equal groups (DAPO's filter, without refill), keep m of each group's n by
-    the selection rule and normalise advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps);
-    or (CPPO, selection.advantage_over: all) over all n, kept as they are for the kept rollouts,
-    optionally choosing the groups x m kept over the whole batch (selection.scope: batch)."""
-    from pods_bench.selection import group_advantages, nonuniform_groups, select
-
-    s, m = cfg.selection, cfg.selection.m
-    informative = nonuniform_groups(rewards)
-    keep = informative if s.filter_uniform_groups else torch.ones(len(rewards), dtype=torch.bool)
-    kept_groups = keep.nonzero().squeeze(1).tolist()
-    if not kept_groups:
-        return Kept([], torch.zeros(0, dtype=torch.float64), informative, 0)
-    groups = rewards[keep]
-    over_all = group_advantages(groups, scale_by_std=s.scale_advantage_by_std) if s.advantage_over == "all" else None
-    if s.scope == "batch":
-        # CPPO's pruning (lzhxmu/CPPO@52faeb3, cppo_verl/recipe/cppo/src/cppo_ray_trainer.py:L310-L328):
-        # the groups x m rollouts of the batch with the largest |A|, in batch order
-        flat = torch.sort(over_all.abs().flatten(), descending=True, stable=True).indices[: len(kept_groups) * m]
-        flat = flat.sort().values
-        rows, cols = flat // groups.shape[1], flat % groups.shape[1]
-        advantages = over_all[rows, cols]
-    else:
-        chosen = select(s.rule, groups, m, generator)  # (kept, m)
-        rows, cols = torch.arange(len(kept_groups)).repeat_interleave(m), chosen.flatten()
-        advantages = (
-            over_all[rows, cols]
-            if over_all is not None
-            else group_advantages(groups.gather(1, chosen), scale_by_std=s.scale_advantage_by_std).flatten()
-        )
+    """Steps 4-5: the rollouts selection.choose keeps (filter, rule or batch pruning, advantages),
+    as the sequences the update trains on."""
+    c = choose(rewards, cfg.selection, generator)
     sequences = [
-        KeptRollout(rollouts.prompt_ids[kept_groups[r]], rollouts.completion_ids[kept_groups[r]][c], a)
-        for r, c, a in zip(rows.tolist(), cols.tolist(), advantages.tolist())
+        KeptRollout(rollouts.prompt_ids[c.groups[r]], rollouts.completion_ids[c.groups[r]][col], a)
+        for r, col, a in zip(c.rows.tolist(), c.cols.tolist(), c.advantages.tolist())
     ]
-    return Kept(sequences, groups[rows, cols], informative, len(kept_groups))
+    return Kept(sequences, c.rewards, c.informative, len(c.groups))
 
 
 def step_sums(batch, kept: Kept, sampled: dict, update: dict) -> dict[str, float]:
@@ -631,9 +607,6 @@ class Run:
     def start_engines(self) -> None:
         """The rollout engine and the grading processes, warmed up: start-up is not training
         (first-call allocations and kernel selection; vLLM's first log-prob request alone can take seconds)."""
-        from pods_bench.engines import make_engine
-        from pods_bench.rewards import RewardFunction
-
         self.engine = make_engine(self.cfg, self.learner.policy, self.tokenizer)
         self.reward_fn = RewardFunction(self.cfg.reward)
         self.reward_fn(["<answer>0</answer>"], ["0"])
@@ -665,8 +638,6 @@ class Run:
 def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tuple[Run, int]:
     """(run, prompts dropped as too long): model, optimizer and data, at the checkpoint's progress
     when resuming. Bad input fails here, before anything is written."""
-    from pods_bench.allocation import make_allocator
-
     learner, tokenizer = make_learner(cfg, accelerator, resume_from)
     problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
     # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
@@ -762,8 +733,6 @@ def train_step(run: Run, stream: PromptStream) -> dict:
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
     """Train (or resume) the run `cfg` describes; returns its folder."""
     from transformers.utils import logging as hf_logging
-
-    from pods_bench import run_info
 
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars at every checkpoint
     accelerator = make_accelerator(cfg)

@@ -5,6 +5,8 @@ prints (tests/test_bad_input.py checks the same lines end to end)."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -154,6 +156,46 @@ def test_the_paper_configs_follow_the_schema():
     for path in sorted(CONFIG_DIR.glob("*.yaml")):
         if path.stem not in ("hardware", "models"):
             assert experiment.schema_error(raw(path.stem)) is None, path.name
+
+
+def test_the_schema_defaults_are_filled_as_snakemake_fills_them():
+    """with_schema_defaults (no Snakemake) against Snakemake's own `validate`, on every experiment
+    config, with an arm that leaves `set` out and a config that leaves out whole sections."""
+    from snakemake.utils import validate
+
+    configs = [raw(p.stem) for p in sorted(CONFIG_DIR.glob("*.yaml")) if p.stem not in ("hardware", "models")]
+    bare = {
+        k: v
+        for k, v in raw("smoke").items()
+        if k in ("experiment", "hardware", "seeds", "benchmark", "eval_benchmarks", "arms")
+    }
+    for config in [*configs, bare]:
+        by_snakemake = copy.deepcopy(config)
+        validate(by_snakemake, str(experiment.SCHEMA))
+        filled = experiment.with_schema_defaults(config)
+        assert filled == by_snakemake, config["experiment"]
+        assert filled is not config
+    assert experiment.with_schema_defaults(bare)["arms"]["pods_n16_m4"]["set"] == {}  # a nested default
+    assert experiment.with_schema_defaults(bare)["pair_seeds"] is True and "pair_seeds" not in bare
+
+
+def test_plan_reads_an_experiment_without_snakemake(tmp_path):
+    """`pods-bench plan` (and `profile`, `project`) read experiment configs through load_experiment:
+    it works where Snakemake cannot be imported, and a schema mistake is its one line."""
+    script = (
+        "import sys; sys.modules['snakemake'] = None  # any import of snakemake now fails\n"
+        "from pods_bench.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    command = [sys.executable, "-c", script, "plan", str(CONFIG_DIR / "smoke.yaml"), "--out", str(tmp_path / "p.csv")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "p.csv").stat().st_size > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**raw("smoke"), "epochs": 3}))
+    done = subprocess.run([*command[:4], str(bad)], capture_output=True, text=True, timeout=300, cwd=PROJECT_ROOT)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "unknown config key epochs" in done.stderr
 
 
 def test_schema_error_lines_name_the_key():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from pods_bench.analysis.figures import plot_experiment
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.tables import AnalysisOptions, format_speedup, format_time, summarize, write_summary
 
@@ -54,8 +55,6 @@ def cli_aggregate(args) -> int:
 
 
 def cli_plot(args) -> int:
-    from pods_bench.analysis.figures import plot_experiment
-
     for summary in _summaries(args, n_bootstrap=0):  # figures show point estimates and seed bands
         print(f"{summary.experiment.name}: {summary.benchmark} {summary.metric}, baseline {summary.baseline}")
         for path in plot_experiment(summary, args.out):

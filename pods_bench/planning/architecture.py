@@ -14,6 +14,8 @@ from pathlib import Path
 import yaml
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.models import CHARACTERS, SPECIAL_TOKENS
+from pods_bench.pretrain import PretrainConfig
 
 KNOWN_MODELS_FILE = Path(__file__).resolve().parents[2] / "config" / "models.yaml"
 # Llama / Qwen decoder blocks: the linear layers LoRA can target, as (fan_in, fan_out) of ModelDims
@@ -104,8 +106,6 @@ def known_models(path: str | Path = KNOWN_MODELS_FILE) -> dict[str, ModelDims]:
 def model_dims(model_cfg) -> ModelDims:
     """The dimensions of `model_cfg` (the trainer config's `model` section)."""
     if model_cfg.name == "tiny":
-        from pods_bench.models import CHARACTERS, SPECIAL_TOKENS
-
         t = model_cfg.tiny
         qwen3 = t.architecture == "qwen3"
         return ModelDims(
@@ -122,8 +122,6 @@ def model_dims(model_cfg) -> ModelDims:
     if folder.is_file():
         return _from_hf_config(json.loads(folder.read_text(encoding="utf-8")))
     if Path(model_cfg.name).parent == Path("results/warm_start"):  # the workflow builds it: its recipe's model
-        from pods_bench.pretrain import PretrainConfig
-
         return model_dims(type(model_cfg)(name="tiny", tiny=PretrainConfig().model))
     known = known_models()
     if model_cfg.name in known:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pods_bench.analysis.paper_logs import load_paper_logs
 from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import hardware_setup, resolve_arms
 from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, from_hardware, predict, step_features
 
@@ -56,9 +58,6 @@ def calibrate(cfg_a, cfg_b, seconds_a: float, seconds_b: float, hardware: dict, 
 def published_l40s(logs_dir, n_config, m_config) -> list[dict]:
     """The published L40S GSM8K logs: calibrate on GRPO 16/16 and PODS 64/16, predict the arms of the
     n- and m-scaling configs. Rows: arm, n, m, role (measured / predicted), seconds per step."""
-    from pods_bench.analysis.paper_logs import load_paper_logs
-    from pods_bench.experiment import hardware_setup, resolve_arms
-
     experiments, _ = load_paper_logs(logs_dir, progress=False)
     gsm8k = next((e for e in experiments if "L40S" in e.hardware), None)
     if gsm8k is None:

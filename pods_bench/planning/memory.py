@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pods_bench.engines.vllm import VLLMEngineConfig
 from pods_bench.planning.architecture import ModelDims
 from pods_bench.sharding import uses_fsdp
 
@@ -166,8 +167,6 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
     rows = sequences_per_process(cfg, processes)
     vllm = cfg.engine.name == "vllm"
     if vllm:
-        from pods_bench.engines.vllm import VLLMEngineConfig
-
         options = VLLMEngineConfig.from_options(cfg.engine.options)
         own_weights = dims.params * 2  # vLLM holds its own bf16 copy of the weights
         if hardware["device"] == "cpu":  # the CPU build takes a fixed KV cache instead of a share

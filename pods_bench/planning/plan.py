@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import hardware_setup, load_experiment, resolve_runs
+from pods_bench.io import atomic_write_with
 from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.memory import GIB, memory_estimate
 from pods_bench.planning.step_time import StepTimeModel, from_hardware, predict
@@ -121,8 +123,6 @@ def load_step_model(path: str | Path) -> StepTimeModel:
 def plan(config_path: str | Path, hardware_name: str | None = None, step_model_path: str | Path | None = None):
     """(rows, hardware name): every arm of the experiment config, planned on `hardware_name`
     (default: the config's own setup). Arms are resolved exactly as the workflow's jobs get them."""
-    from pods_bench.experiment import hardware_setup, load_experiment, resolve_runs
-
     config, own = load_experiment(config_path)
     name = hardware_name or config["hardware"]
     hardware = hardware_setup(name) if hardware_name else own
@@ -149,8 +149,6 @@ def markdown(rows: list[dict]) -> str:
 
 def cli(args) -> int:
     import pandas as pd
-
-    from pods_bench.io import atomic_write_with
 
     rows, name = plan(args.config, args.hardware, args.model)
     print(f"plan of {args.config} on {name} (step times: {rows[0]['step_time_source']})")

@@ -18,16 +18,18 @@ from pathlib import Path
 
 import numpy as np
 
+from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
+from pods_bench.io import atomic_write_json, atomic_write_text, atomic_write_with, read_jsonl
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, fit, predict
 from pods_bench.run_info import hardware
+from pods_bench.train import train
 
 
 def arm_configs(config_path, out: Path, check_model: bool = True) -> dict:
     """Arm -> (trainer settings, its overrides, what it sets beyond n, m and the rule) for profiling
     runs in out/runs/<arm>."""
-    from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
-
     config, hardware = load_experiment(config_path)
     if hardware["processes"] > 1:
         raise PodsBenchError("pods-bench profile times one process; choose a one-process hardware setup")
@@ -56,9 +58,6 @@ def arm_configs(config_path, out: Path, check_model: bool = True) -> dict:
 def run_interleaved(arms: dict, steps: int, rounds: int) -> None:
     from tqdm import tqdm
 
-    from pods_bench.config import config_from_dict
-    from pods_bench.train import train
-
     schedule = [(r, arm) for r in range(1, rounds + 1) for arm in arms]
     for r, arm in tqdm(schedule, desc="profile", unit="run"):
         settings, overrides, _ = arms[arm]
@@ -66,8 +65,6 @@ def run_interleaved(arms: dict, steps: int, rounds: int) -> None:
 
 
 def arm_records(out: Path, arm: str) -> list[dict]:
-    from pods_bench.io import read_jsonl
-
     return read_jsonl(out / "runs" / arm / "train_log.jsonl")
 
 
@@ -75,8 +72,6 @@ def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[st
     """Per arm: measured mean step time, the prediction from its config alone (lengths of the fitted
     arms, within its limits) and from its own measured lengths (the phase model's error without the
     length guess). `role`: fitted, or what the held-out arm changes (n and m; a setting)."""
-    from pods_bench.config import config_from_dict
-
     rows = []
     for arm, (settings, overrides, changes) in arms.items():
         cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
@@ -106,8 +101,6 @@ def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[st
 def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12, rounds: int = 3):
     """(model, validation rows); writes the files of the module docstring."""
     import pandas as pd
-
-    from pods_bench.io import atomic_write_json, atomic_write_text, atomic_write_with
 
     out = Path(out)
     arms = arm_configs(config_path, out)

@@ -19,7 +19,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from pods_bench.analysis.load import load_experiments
+from pods_bench.analysis.speedup import compare_arms
 from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import hardware_setup, load_experiment, resolve_arms
+from pods_bench.io import atomic_write_with
+from pods_bench.planning.architecture import model_dims
+from pods_bench.planning.plan import check_processes, load_step_model
+from pods_bench.planning.step_time import from_hardware, predict
 
 
 def arm_config(resolved: dict, arm: str, n: int, m: int):
@@ -35,15 +42,7 @@ def project(
     results, config_path, hardware_name: str, step_model_path=None, q: float = 0.99, kind: str = "auto", only=None
 ):
     """Rows per (experiment, arm): measured and projected time to T, speedup and its interval."""
-    from pods_bench.analysis.load import load_experiments
-    from pods_bench.analysis.speedup import compare_arms
-    from pods_bench.experiment import hardware_setup, load_experiment
-    from pods_bench.planning.architecture import model_dims
-    from pods_bench.planning.plan import check_processes, load_step_model
-    from pods_bench.planning.step_time import from_hardware, predict
-
     hardware = hardware_setup(hardware_name)
-    from pods_bench.experiment import resolve_arms
 
     resolved = resolve_arms(config_path)
     analysis = load_experiment(config_path)[0]["analysis"]  # the baseline, benchmark and metric it names
@@ -134,8 +133,6 @@ def markdown(rows: list[dict]) -> str:
 
 def cli(args) -> int:
     import pandas as pd
-
-    from pods_bench.io import atomic_write_with
 
     rows = project(args.results, args.config, args.hardware, args.model, args.q, args.kind, args.experiment)
     print(f"projection (not a measurement) of {args.results} onto {args.hardware}")

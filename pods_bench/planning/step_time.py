@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from pods_bench.planning.memory import kv_bytes_per_token, sequences_per_process, trained_per_process
+
 PHASE_FEATURES = {
     "gen": ("1", "decode_steps", "decode_sequence_steps"),
     "reward": ("1", "rollouts_generated"),
@@ -107,8 +109,6 @@ def fit(records: list[dict], source: str = "") -> StepTimeModel:
 def step_features(cfg, processes: int, lengths: StepLengths) -> dict[str, float]:
     """The features of one step of `cfg` on one process (uniform allocation: P/K prompts x G groups
     x n rollouts sampled, x m trained)."""
-    from pods_bench.planning.memory import sequences_per_process, trained_per_process
-
     sequences, kept = sequences_per_process(cfg, processes), trained_per_process(cfg, processes)
     calls = math.ceil(sequences / cfg.engine.max_batch) if cfg.engine.name == "hf" else 1
     per_row = lengths.decode_width if cfg.engine.name == "hf" else lengths.completion_mean
@@ -140,8 +140,6 @@ def from_hardware(cfg, dims, hardware: dict, lengths: StepLengths | None = None)
     - grading: math-verify parses about 300 answers a second per core (../shared ENVIRONMENT.md
       measured 200-400), spread over reward.workers processes;
     - vLLM's weight sync copies the weights once at half the bandwidth; HF generate shares them."""
-    from pods_bench.planning.memory import kv_bytes_per_token
-
     a = hardware["accelerator"]
     lengths = lengths or StepLengths.from_config(cfg)
     flops = a["bf16_tflops"] * 1e12 * a["train_efficiency"]

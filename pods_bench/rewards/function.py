@@ -28,6 +28,7 @@ from pods_bench.rewards.grading import (
     _Grader,
 )
 from pods_bench.rewards.pool import _GraderPool
+from pods_bench.rewards.recipes import RECIPE_FIELDS, REWARD_RECIPES
 from pods_bench.rewards.shaping import FORMAT_STYLES
 
 # --- the reward function -----------------------------------------------------------------------
@@ -57,8 +58,6 @@ class RewardConfig:
     recipe: str = "custom"
 
     def __post_init__(self):
-        from pods_bench.rewards.recipes import RECIPE_FIELDS, REWARD_RECIPES
-
         if self.recipe != "custom":
             if self.recipe not in REWARD_RECIPES:
                 raise PodsBenchError(

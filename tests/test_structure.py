@@ -1,0 +1,110 @@
+"""How pods_bench/ is wired: its modules import one another one way (no cycle, counting imports
+inside functions, not those under TYPE_CHECKING), and an import of the package's own modules hides
+inside a function only where the laziness is the point:
+
+  - pods_bench/cli.py: `pods-bench --help` and bad-argument errors answer without loading torch;
+  - pods_bench/config.py: `validate` reaches the registries (selection rules, engines, tasks,
+    allocation strategies), whose modules load torch and the tasks; the config itself stays light;
+  - pods_bench/engines/__init__.py: an engine's module loads when a run asks for that engine.
+
+Ruff's import-outside-toplevel rule (PLC0415) cannot be the check: it flags third-party imports
+too, and the lazy imports of torch, transformers or vLLM in light modules are deliberate."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pods_bench"
+LAZY_ON_PURPOSE = {"cli.py", "config.py", "engines/__init__.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def own_imports(path: Path) -> list[tuple[str, bool]]:
+    """(module of pods_bench imported, whether inside a function) for every import in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_checking = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for node in ast.walk(block)
+    }
+    in_function = {
+        id(node)
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(fn)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in type_checking:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from pods_bench import run_info` imports a module, `from pods_bench.io import x` a name
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        found += [(name, id(node) in in_function) for name in names if name.split(".")[0] == "pods_bench"]
+    return found
+
+
+def import_graph() -> tuple[dict[str, set[str]], list[str]]:
+    """(module -> the package's modules it imports, the function-local ones as 'file: module')."""
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph, hidden = {m: set() for m in files}, []
+    for module, path in files.items():
+        for name, local in own_imports(path):
+            target = name if name in files else None
+            if target is None or target == module:
+                continue
+            graph[module].add(target)
+            if local:
+                hidden.append(f"{path.relative_to(PACKAGE).as_posix()}: {target}")
+    return graph, hidden
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (a path that returns to its start), or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_the_package_imports_one_way():
+    graph, _ = import_graph()
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 150  # it saw the package
+    assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+def test_the_cycle_check_finds_a_cycle():
+    """Positive control: the same search on a graph with a loop three modules long."""
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None
+
+
+def test_own_modules_are_imported_inside_functions_only_where_laziness_is_the_point():
+    _, hidden = import_graph()
+    assert any(h.startswith("cli.py: ") for h in hidden)  # the check sees function-local imports
+    elsewhere = [h for h in hidden if h.split(": ")[0] not in LAZY_ON_PURPOSE]
+    assert elsewhere == [], elsewhere
