@@ -2,7 +2,7 @@
 start and end of a run's record. docs/results-format.md describes the same files for readers.
 
     <run>/run.json            resolved config, versions, hardware, status (`start_run`, `finish_run`)
-    <run>/train_log.jsonl     one line per step (`TRAIN_LOG`; fields in docs/results-format.md)
+    <run>/train_log.jsonl     one line per step (`TRAIN_LOG`; a `StepRecord`, docs/results-format.md)
     <run>/eval.jsonl          one line per checkpoint x benchmark (`EVAL_LOG`)
     <run>/checkpoints/step-N  complete checkpoints (pods_bench/checkpoint.py)
     <run>/.train.lock         held by the one process training the run
@@ -12,6 +12,7 @@ start and end of a run's record. docs/results-format.md describes the same files
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,6 +36,61 @@ PHASE_LABELS = {"gen": "generation", "reward": "rewards", "select": "selection",
 
 def phase_field(phase: str) -> str:
     return f"time_{phase}_s"
+
+
+@dataclass
+class StepRecord:
+    """One line of train_log.jsonl: every field the trainer writes (units and meanings in
+    docs/results-format.md, which tests/test_results_format.py holds to this list). The allocation
+    strategy's own counters (`rounds`, `groups_sampled`, and e.g. Pilot-Commit's `buffer_size`) come
+    after these in the line."""
+
+    step: int
+    train_time_s: float  # the training clock after the step: the sum of the phase times so far
+    time_gen_s: float  # phase_field(phase) for each of PHASES
+    time_reward_s: float
+    time_select_s: float
+    time_update_s: float
+    time_sync_s: float
+    prompts: int
+    groups_per_prompt: int
+    n: int
+    m: int
+    generated_tokens: int
+    trained_tokens: int
+    reward_mean: float | None  # None: no group was handed to selection (a short batch)
+    reward_std: float | None
+    reward_mean_kept: float | None
+    reward_std_kept: float | None
+    zero_variance_frac: float | None
+    completion_len_mean: float
+    loss: float
+    grad_norm: float
+    lr: float
+    prompts_kept: int
+    correctness_mean: float | None
+    format_mean: float | None
+    kl: float | None
+    clip_frac: float
+    reward_failures: int
+    allocation: str
+    groups_trained: int
+    rollouts_generated: int
+    decode_steps: int  # these four: the work behind the phase times, the step-time model's features
+    decode_sequence_steps: int
+    micro_batches: int
+    update_tokens: int
+    allocation_counters: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The line as written: the fields above, then the strategy's counters."""
+        line = asdict(self)
+        counters = line.pop("allocation_counters")
+        return {**line, **counters}
+
+    @staticmethod
+    def field_names() -> list[str]:
+        return [f.name for f in fields(StepRecord) if f.name != "allocation_counters"]
 
 
 def now() -> str:

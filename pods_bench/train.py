@@ -54,7 +54,7 @@ from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
 from pods_bench.logprobs import head_returns_logprobs
 from pods_bench.rewards import RewardFunction
-from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, phase_field
+from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, StepRecord, phase_field
 from pods_bench.sampling import PromptStream, RolloutSampler, derived_seed, timed
 from pods_bench.selection import choose
 from pods_bench.sharding import gathered, gradient_sync, is_sharded, shard, total_norm, uses_fsdp
@@ -439,49 +439,49 @@ def _mean_std(count: float, total: float, squares: float):
 
 def step_record(
     cfg: TrainConfig, progress: Progress, phase_times: dict, sums: dict, update: dict, allocation: dict
-) -> dict:
-    """One train_log.jsonl line (fields: docs/results-format.md) from the all-reduced sums and the
-    allocation strategy's counters (the same on every process)."""
+) -> StepRecord:
+    """One train_log.jsonl line (run_dir.StepRecord) from the all-reduced sums and the allocation
+    strategy's counters (the same on every process)."""
     reward_mean, reward_std = _mean_std(sums["rollouts"], sums["reward_sum"], sums["reward_sq"])
     kept_mean, kept_std = _mean_std(sums["kept"], sums["kept_sum"], sums["kept_sq"])
     trained = sums["trained_tokens"]
-    return {
-        "step": progress.step,
-        "train_time_s": progress.clock,
+    return StepRecord(
+        step=progress.step,
+        train_time_s=progress.clock,
         **{phase_field(p): phase_times[p] for p in PHASES},
-        "prompts": cfg.prompts_per_step,
-        "groups_per_prompt": cfg.selection.groups_per_prompt,
-        "n": cfg.selection.n,
-        "m": cfg.selection.m,
-        "generated_tokens": int(sums["generated_tokens"]),
-        "trained_tokens": int(trained),
-        "reward_mean": reward_mean,
-        "reward_std": reward_std,
-        "reward_mean_kept": kept_mean,
-        "reward_std_kept": kept_std,
-        "zero_variance_frac": sums["zero_variance"] / sums["groups"] if sums["groups"] else None,
-        "completion_len_mean": sums["generated_tokens"] / sums["rollouts_generated"],
-        "loss": sums["loss"],
-        "grad_norm": update["grad_norm"],
-        "lr": update["lr"],
+        prompts=cfg.prompts_per_step,
+        groups_per_prompt=cfg.selection.groups_per_prompt,
+        n=cfg.selection.n,
+        m=cfg.selection.m,
+        generated_tokens=int(sums["generated_tokens"]),
+        trained_tokens=int(trained),
+        reward_mean=reward_mean,
+        reward_std=reward_std,
+        reward_mean_kept=kept_mean,
+        reward_std_kept=kept_std,
+        zero_variance_frac=sums["zero_variance"] / sums["groups"] if sums["groups"] else None,
+        completion_len_mean=sums["generated_tokens"] / sums["rollouts_generated"],
+        loss=sums["loss"],
+        grad_norm=update["grad_norm"],
+        lr=update["lr"],
         # beyond the contract's fields
-        "prompts_kept": int(sums["groups_kept"]),
-        "correctness_mean": sums["correct"] / sums["rollouts"] if sums["rollouts"] else None,
-        "format_mean": sums["format"] / sums["rollouts"] if sums["rollouts"] else None,
-        "kl": sums["kl_sum"] / trained if cfg.loss.beta > 0 and trained else None,
-        "clip_frac": sums["clipped"] / trained if trained else 0.0,
-        "reward_failures": int(sums["reward_failures"]),
+        prompts_kept=int(sums["groups_kept"]),
+        correctness_mean=sums["correct"] / sums["rollouts"] if sums["rollouts"] else None,
+        format_mean=sums["format"] / sums["rollouts"] if sums["rollouts"] else None,
+        kl=sums["kl_sum"] / trained if cfg.loss.beta > 0 and trained else None,
+        clip_frac=sums["clipped"] / trained if trained else 0.0,
+        reward_failures=int(sums["reward_failures"]),
         # what the step generated (all rounds, pilots, dropped groups): the cost axes of the analysis
-        "allocation": cfg.allocation.strategy,
-        "groups_trained": int(sums["groups"]),
-        "rollouts_generated": int(sums["rollouts_generated"]),
+        allocation=cfg.allocation.strategy,
+        groups_trained=int(sums["groups"]),
+        rollouts_generated=int(sums["rollouts_generated"]),
         # the work behind the phase times (summed over processes): the step-time model's features
-        "decode_steps": int(sums["decode_steps"]),
-        "decode_sequence_steps": int(sums["decode_sequence_steps"]),
-        "micro_batches": int(sums["micro_batches"]),
-        "update_tokens": int(sums["update_tokens"]),
-        **allocation,  # rounds, groups_sampled and the strategy's own counters (docs/results-format.md)
-    }
+        decode_steps=int(sums["decode_steps"]),
+        decode_sequence_steps=int(sums["decode_sequence_steps"]),
+        micro_batches=int(sums["micro_batches"]),
+        update_tokens=int(sums["update_tokens"]),
+        allocation_counters=allocation,  # rounds, groups_sampled and the strategy's own (docs/results-format.md)
+    )
 
 
 # --- the run folder and the budget ---------------------------------------------------------------
@@ -679,7 +679,7 @@ def make_accelerator(cfg: TrainConfig):
     return accelerator
 
 
-def train_step(run: Run, stream: PromptStream) -> dict:
+def train_step(run: Run, stream: PromptStream) -> StepRecord:
     """One step of GRPO / GRPO-PODS, steps 1-7 of the module docstring; returns its log record."""
     cfg, p, accelerator = run.cfg, run.progress, run.accelerator
 
@@ -768,8 +768,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         while (stop_reason := p.budget_reached(cfg)) is None:
             record = train_step(run, stream)
             if main:
-                append_jsonl(cfg.run_dir / TRAIN_LOG, [record])
-                reward = record["reward_mean"]  # None for a step that trained on no group (when_short: train)
+                append_jsonl(cfg.run_dir / TRAIN_LOG, [record.to_json()])
+                reward = record.reward_mean  # None for a step that trained on no group (when_short: train)
                 shown = "n/a" if reward is None else f"{reward:.3f}"
                 bar.set_postfix(step=p.step, clock=f"{p.clock:.1f}s", reward=shown, refresh=False)
                 bar.update(1 if cfg.budget.max_steps is not None else min(p.clock, bar.total) - bar.n)

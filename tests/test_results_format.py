@@ -1,0 +1,68 @@
+"""docs/results-format.md and the train_log line in code (run_dir.StepRecord) name the same fields,
+and a real run writes exactly those: the StepRecord fields, then the allocation strategy's counters
+that the page documents."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pods_bench.config import config_from_dict
+from pods_bench.run_dir import StepRecord
+from pods_bench.train import train
+from tests.tiny_runs import read_lines, tiny_run
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "results-format.md"
+
+
+def documented_train_log_fields() -> tuple[list[str], list[str]]:
+    """(fields of the step, the strategies' counters) as the train_log.jsonl section names them: the
+    first cell of every table row, the fields named in its 'Fields beyond the contract' paragraph;
+    the counters are the allocation table's rows from `rounds` on, `groups_trained` and the four
+    work features excepted (StepRecord fields)."""
+    section = DOC.read_text(encoding="utf-8").split("## train_log.jsonl", 1)[1].split("\n## ", 1)[0]
+    names = []
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names += re.findall(r"`([a-z_]+)`", line.split("|")[1])
+        elif line.startswith("Fields beyond the contract"):
+            paragraph = section[section.index(line) :].split("\n\n", 1)[0]
+            names += re.findall(r"`([a-z_]+)`", paragraph)
+    step_fields = set(StepRecord.field_names())
+    return [n for n in names if n in step_fields], [n for n in names if n not in step_fields]
+
+
+def test_the_page_documents_every_field_of_the_step_record_and_nothing_else():
+    fields, counters = documented_train_log_fields()
+    assert sorted(set(fields)) == sorted(StepRecord.field_names())
+    assert "rounds" in counters and "buffer_size" in counters  # the strategies' counters were read
+    # a counter the page lists must not be a typo of a field: each is a real strategy counter name
+    assert set(counters) == {
+        "rounds",
+        "groups_sampled",
+        "groups_dropped",
+        "prompts_skipped",
+        "p_easy",
+        "p_hard",
+        "rollouts_pilot",
+        "rollouts_commit",
+        "prompts_buffered",
+        "buffer_size",
+        "prompts_evicted",
+        "commit_age_mean",
+    }
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "dynamic_sampling", "greso", "pilot_commit"])
+def test_a_run_writes_the_step_record_then_documented_counters(tmp_path, strategy):
+    rounds = {strategy: {"when_short": "train", "max_rounds": 1}} if strategy != "uniform" else {}
+    settings = tiny_run(tmp_path / "run", allocation={"strategy": strategy, **rounds}, budget={"max_steps": 1})
+    train(config_from_dict(settings), progress=False)
+    (line,) = read_lines(tmp_path / "run" / "train_log.jsonl")
+    fields, counters = documented_train_log_fields()
+    keys = list(line)
+    assert keys[: len(StepRecord.field_names())] == StepRecord.field_names()
+    extra = keys[len(StepRecord.field_names()) :]
+    assert extra and set(extra) <= set(counters), extra
