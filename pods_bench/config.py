@@ -25,6 +25,7 @@ import yaml
 
 from pods_bench.engines.base import SamplingConfig, check_distribution  # sampling.seed: None -> derived from `seed`
 from pods_bench.errors import PodsBenchError
+from pods_bench.layout import ExperimentLayout
 from pods_bench.models import TinyModelConfig
 from pods_bench.rewards import RewardConfig
 from pods_bench.typed_config import is_dataclass_type, section_from_dict, unknown_key
@@ -465,7 +466,7 @@ def config_from_dict(data: dict, overrides: list[str] = ()) -> TrainConfig:
         _set_nested(data, path, value)
     cfg = section_from_dict(TrainConfig, data)
     if cfg.output_dir is None:
-        cfg.output_dir = f"results/{cfg.experiment}/runs/{cfg.arm}/seed{cfg.seed}"
+        cfg.output_dir = ExperimentLayout(cfg.experiment).run(cfg.arm, cfg.seed)
     validate(cfg)
     return cfg
 

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import yaml
 
+from pods_bench import layout
 from pods_bench.config import config_from_dict, flatten
 from pods_bench.errors import PodsBenchError
+from pods_bench.layout import ExperimentLayout
 from pods_bench.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,11 +143,11 @@ def reject_workflow_keys(keys, where: str) -> None:
 
 
 def warm_start_dir(config: dict) -> str:
-    return f"results/warm_start/{config['warm_start']['name']}"
+    return layout.warm_start_dir(config["warm_start"]["name"])
 
 
 def runs_dir(config: dict) -> str:
-    return f"results/{config['experiment']}/runs"
+    return ExperimentLayout(config["experiment"]).runs
 
 
 def _train_base(config: dict, root: Path) -> dict:
@@ -190,7 +192,7 @@ def arm_overrides(config: dict, arm: str) -> list[str]:
 
 
 def run_dir(config: dict, arm: str, seed) -> str:
-    return f"{runs_dir(config)}/{arm}/seed{seed}"
+    return ExperimentLayout(config["experiment"]).run(arm, seed)
 
 
 def run_overrides(config: dict, arm: str, seed) -> list[str]:
@@ -234,7 +236,8 @@ def previous_seed_runs(config: dict, seed) -> list[tuple[str, int]]:
 def finished_run(config: dict, arm: str, seed, arm_config) -> str:
     """The marker of run (arm, seed) once its evaluations are complete: the training job's where the
     trainer evaluates inline (`eval.inline`), else the evaluation job's."""
-    return f"{run_dir(config, arm, seed)}/{'train.done' if arm_config.eval.inline else 'eval.done'}"
+    where = ExperimentLayout(config["experiment"])
+    return where.train_done(arm, seed) if arm_config.eval.inline else where.eval_done(arm, seed)
 
 
 def job_resources(rule: str, hardware: dict, resources: dict, arm_config=None) -> dict:

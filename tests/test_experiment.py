@@ -251,3 +251,22 @@ def test_trainer_mistakes_name_train_or_the_arm():
         PodsBenchError, match=r"^config key arms.pods_n16_m4.set.seed is set by the workflow: use seeds instead$"
     ):
         experiment.resolve_runs(bad, setup)
+
+
+def test_one_address_book_for_the_experiment_layout():
+    """The run folder the workflow's jobs write (experiment.run_dir, the train rule's marker) and the
+    trainer's default output_dir are the same path, spelled once (pods_bench/layout.py)."""
+    from pods_bench.config import config_from_dict
+    from pods_bench.layout import ExperimentLayout
+
+    config, _, arms = loaded("smoke")
+    where = ExperimentLayout("smoke")
+    assert (
+        experiment.run_dir(config, "pods_n16_m4", 3)
+        == where.run("pods_n16_m4", 3)
+        == ("results/smoke/runs/pods_n16_m4/seed3")
+    )
+    default = config_from_dict({"experiment": "smoke", "arm": "pods_n16_m4", "seed": 3, "budget": {"max_steps": 1}})
+    assert default.output_dir == where.run("pods_n16_m4", 3)
+    assert where.train_done("{arm}", "{seed}") == "results/smoke/runs/{arm}/seed{seed}/train.done"
+    assert experiment.warm_start_dir(config) == "results/warm_start/arith-tiny"

@@ -32,6 +32,7 @@ from pods_bench.analysis.tidy import (
 )
 from pods_bench.errors import PodsBenchError
 from pods_bench.io import read_jsonl
+from pods_bench.layout import RUNS, SEED_PREFIX
 from pods_bench.run_dir import EVAL_LOG, PHASE_LABELS, PHASES, RUN_JSON, TRAIN_LOG, load_run_json, phase_field
 
 # train_log.jsonl field -> phase of a training step
@@ -53,7 +54,7 @@ def load_experiments(
     if kind == "auto":
         kind = (
             "runs"
-            if (path / "runs").is_dir() or _experiment_dirs(path)
+            if (path / RUNS).is_dir() or _experiment_dirs(path)
             else "paper"
             if paper_logs.find_logs_folder(path)
             else None
@@ -64,7 +65,7 @@ def load_experiments(
         experiments, warnings = paper_logs.load_paper_logs(path, progress=progress)
         names = [e.name for e in experiments]
     elif kind == "runs":
-        folders = [path] if (path / "runs").is_dir() else _experiment_dirs(path)
+        folders = [path] if (path / RUNS).is_dir() else _experiment_dirs(path)
         names, experiments, warnings = [f.name for f in folders], [], []
         for folder in folders:
             if not only or folder.name in only:
@@ -84,12 +85,12 @@ def load_experiments(
 
 
 def _experiment_dirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if (p / "runs").is_dir()) if path.is_dir() else []
+    return sorted(p for p in path.iterdir() if (p / RUNS).is_dir()) if path.is_dir() else []
 
 
 def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) -> Experiment | None:
     """One experiment from its runs; unreadable runs are skipped with a warning."""
-    seed_dirs = sorted(experiment_dir.glob("runs/*/seed*"))
+    seed_dirs = sorted(experiment_dir.glob(f"{RUNS}/*/{SEED_PREFIX}*"))
     rows, step_rows, arms, hardware = [], [], [], []
     for seed_dir in tqdm(
         seed_dirs, desc=f"reading {experiment_dir.name}", unit="run", disable=None if progress else True

@@ -21,6 +21,7 @@ from snakemake.utils import validate
 from pods_bench import experiment as experiment_settings
 from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
+from pods_bench.layout import ExperimentLayout
 from pods_bench.planning.plan import check_fits
 
 ROOT = Path(workflow.basedir)
@@ -59,12 +60,9 @@ if _schema_error:
 validate(config, str(SCHEMA))  # fills in the defaults
 
 EXPERIMENT = config["experiment"]
-EXP_DIR = f"results/{EXPERIMENT}"
-RUNS_DIR = f"{EXP_DIR}/runs"
-SUMMARY_DIR = f"{EXP_DIR}/summary"
-FIGURES_DIR = f"figures/{EXPERIMENT}"
-LOG_DIR = f"{EXP_DIR}/logs"
-BENCHMARK_DIR = f"{EXP_DIR}/benchmarks"
+LAYOUT = ExperimentLayout(EXPERIMENT)  # every path of the experiment (pods_bench/layout.py)
+EXP_DIR, RUNS_DIR, SUMMARY_DIR = LAYOUT.root, LAYOUT.runs, LAYOUT.summary
+FIGURES_DIR, LOG_DIR = LAYOUT.figures, LAYOUT.logs
 
 HARDWARE = checked(experiment_settings.hardware_setup, config["hardware"], HARDWARE_FILE)
 checked(experiment_settings.check_benchmarks, config)

@@ -5,15 +5,15 @@
 
 rule evaluate:
     input:
-        f"{RUNS_DIR}/{{arm}}/seed{{seed}}/train.done",
+        LAYOUT.train_done("{arm}", "{seed}"),
     output:
-        touch(f"{RUNS_DIR}/{{arm}}/seed{{seed}}/eval.done"),
+        touch(LAYOUT.eval_done("{arm}", "{seed}")),
     params:
         run_dir=lambda wildcards: run_dir(wildcards.arm, wildcards.seed),
     log:
-        f"{LOG_DIR}/evaluate/{{arm}}/seed{{seed}}.log",
+        LAYOUT.log("evaluate", "{arm}", "{seed}"),
     benchmark:
-        f"{BENCHMARK_DIR}/evaluate/{{arm}}/seed{{seed}}.tsv"
+        LAYOUT.benchmark("evaluate", "{arm}", "{seed}")
     threads: job_resources("evaluate")["cpus_per_task"]
     resources:
         **job_resources("evaluate"),

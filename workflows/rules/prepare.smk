@@ -5,7 +5,7 @@
 
 rule train_config:
     output:
-        f"{EXP_DIR}/configs/train.yaml",
+        LAYOUT.train_config,
     params:
         settings=TRAIN_SETTINGS,
     log:
@@ -60,7 +60,7 @@ def prepare_commands() -> str:
 
 rule prepare:
     output:
-        touch(f"{EXP_DIR}/prepare.done"),
+        touch(LAYOUT.prepare_done),
     params:
         commands=prepare_commands(),
     log:
@@ -75,4 +75,4 @@ def starting_model() -> dict:
     """Input of every training job: the warm-started model, or the prepared downloads."""
     if WARM_START["enabled"]:
         return {"model": WARM_START_DIR}
-    return {"prepared": f"{EXP_DIR}/prepare.done"}
+    return {"prepared": LAYOUT.prepare_done}

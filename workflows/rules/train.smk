@@ -12,7 +12,7 @@ def train_resource(key: str):
 
 rule train:
     input:
-        config=f"{EXP_DIR}/configs/train.yaml",
+        config=LAYOUT.train_config,
         **starting_model(),
         # ancient: an order, not a dependency (a re-evaluated earlier seed does not retrain this one)
         previous_seed=lambda wildcards: [
@@ -20,16 +20,16 @@ rule train:
             for arm, seed in experiment_settings.previous_seed_runs(config, wildcards.seed)
         ],
     output:
-        touch(f"{RUNS_DIR}/{{arm}}/seed{{seed}}/train.done"),
+        touch(LAYOUT.train_done("{arm}", "{seed}")),
     params:
         launcher=lambda wildcards: train_launcher(wildcards.arm),
         # torch threads of each training process: the job's cores shared by its processes
         process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
         overrides=lambda wildcards: experiment_settings.set_flags(run_overrides(wildcards.arm, wildcards.seed)),
     log:
-        f"{LOG_DIR}/train/{{arm}}/seed{{seed}}.log",
+        LAYOUT.log("train", "{arm}", "{seed}"),
     benchmark:
-        f"{BENCHMARK_DIR}/train/{{arm}}/seed{{seed}}.tsv"
+        LAYOUT.benchmark("train", "{arm}", "{seed}")
     priority: 1
     threads: train_resource("cpus_per_task")
     resources:
