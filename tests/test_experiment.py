@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pods_bench import experiment
+from pods_bench import workflow_jobs as jobs
 from pods_bench.errors import PodsBenchError
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT
 
@@ -35,16 +36,16 @@ def raw(name: str) -> dict:
 
 def test_resources_of_a_gpu_setup():
     config, setup, arms = loaded("h100x8")
-    train = experiment.job_resources("train", setup, config["resources"], arms["pods_n128_m32"])
+    train = jobs.job_resources("train", setup, config["resources"], arms["pods_n128_m32"])
     # 30 minutes of budget x 1.5 + 60 minutes of start-up, on the setup's 8 H100s
     assert train == {"mem_mb": 512000, "runtime": 105, "cpus_per_task": 64, "gpu": 8, "gpu_model": "h100"}
-    evaluate = experiment.job_resources("evaluate", setup, config["resources"])
+    evaluate = jobs.job_resources("evaluate", setup, config["resources"])
     assert evaluate == {"mem_mb": 64000, "runtime": 120, "cpus_per_task": 8, "gpu": 1, "gpu_model": "h100"}
 
 
 def test_resources_of_the_cpu_setup_name_no_gpu_model():
     config, setup, arms = loaded("smoke")
-    train = experiment.job_resources("train", setup, config["resources"], arms["grpo_n16_m16"])
+    train = jobs.job_resources("train", setup, config["resources"], arms["grpo_n16_m16"])
     # 60 s of budget x 3.0 + 10 minutes, rounded up to whole minutes
     assert train == {"mem_mb": 3000, "runtime": 13, "cpus_per_task": 1, "gpu": 0}
 
@@ -54,14 +55,14 @@ def test_runtime_follows_the_budget_times_the_factor_plus_the_overhead():
     arm = arms["pods_n64_m16"]
     assert arm.budget.max_train_time_s == 21600
     # L40S: 360 minutes x 1.25 + 60
-    assert experiment.job_resources("train", setup, config["resources"], arm)["runtime"] == 510
+    assert jobs.job_resources("train", setup, config["resources"], arm)["runtime"] == 510
 
 
 def test_the_config_resources_replace_the_setup():
     config, setup, arms = loaded("gsm8k_main")
     resources = {"evaluate": {"runtime_min": 600}, "train": {"runtime_min": 30, "mem_mb": 1000}}
-    assert experiment.job_resources("evaluate", setup, resources)["runtime"] == 600
-    train = experiment.job_resources("train", setup, resources, arms["pods_n64_m16"])
+    assert jobs.job_resources("evaluate", setup, resources)["runtime"] == 600
+    train = jobs.job_resources("train", setup, resources, arms["pods_n64_m16"])
     assert (train["runtime"], train["mem_mb"], train["gpu_model"]) == (30, 1000, "l40s")
 
 
@@ -70,7 +71,7 @@ def test_a_budget_without_time_needs_a_runtime():
     arm = copy.deepcopy(arms["grpo_n16_m16"])
     arm.budget.max_train_time_s = None
     with pytest.raises(PodsBenchError) as e:
-        experiment.job_resources("train", setup, config["resources"], arm)
+        jobs.job_resources("train", setup, config["resources"], arm)
     assert str(e.value) == "config key resources.train.runtime_min is needed: the budget has no max_train_time_s"
 
 
@@ -79,32 +80,32 @@ def test_a_budget_without_time_needs_a_runtime():
 
 def test_one_process_runs_the_package():
     _, setup, arms = loaded("smoke")
-    assert experiment.train_launcher(setup, arms["pods_n16_m4"]) == "python -m pods_bench"
+    assert jobs.train_launcher(setup, arms["pods_n16_m4"]) == "python -m pods_bench"
 
 
 def test_several_processes_go_through_accelerate():
     _, setup, arms = loaded("h100x8")
-    assert experiment.train_launcher(setup, arms["pods_n128_m32"]) == (
+    assert jobs.train_launcher(setup, arms["pods_n128_m32"]) == (
         "accelerate launch --num_processes 8 --num_machines 1 --mixed_precision bf16 --dynamo_backend no "
         "--multi_gpu -m pods_bench"
     )
     # the CPU setup with two processes: the same launcher, the trainer's own mixed precision
     _, setup, arms = loaded("smoke", hardware="cpu_ddp")
-    line = experiment.train_launcher(setup, arms["pods_n16_m4"])
+    line = jobs.train_launcher(setup, arms["pods_n16_m4"])
     assert line.startswith("accelerate launch --num_processes 2 --num_machines 1 ") and "--multi_gpu" in line
 
 
 def test_an_accelerate_config_replaces_plain_data_parallel():
     _, setup, arms = loaded("h100x8")
     setup = {**setup, "accelerate_config": "config/accelerate/zero2.yaml"}
-    assert experiment.train_launcher(setup, arms["pods_n128_m32"], root=PROJECT_ROOT) == (
+    assert jobs.train_launcher(setup, arms["pods_n128_m32"], root=PROJECT_ROOT) == (
         f"accelerate launch --config_file {PROJECT_ROOT / 'config/accelerate/zero2.yaml'} --num_processes 8 "
         "--num_machines 1 --mixed_precision bf16 --dynamo_backend no -m pods_bench"
     )
 
 
 def test_set_flags_are_quoted_for_the_shell():
-    assert experiment.set_flags(["seed=1", "task.system_prompt=Think step by step."]) == (
+    assert jobs.set_flags(["seed=1", "task.system_prompt=Think step by step."]) == (
         "--set seed=1 --set 'task.system_prompt=Think step by step.'"
     )
 
@@ -114,11 +115,11 @@ def test_set_flags_are_quoted_for_the_shell():
 
 def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
     config, _, arms = loaded("smoke")
-    assert experiment.finished_run(config, "pods_n16_m4", 3, arms["pods_n16_m4"]) == (
+    assert jobs.finished_run(config, "pods_n16_m4", 3, arms["pods_n16_m4"]) == (
         "results/smoke/runs/pods_n16_m4/seed3/eval.done"
     )
     config, _, arms = loaded("h100x8")  # evaluated inline: no evaluation job
-    assert experiment.finished_run(config, "grpo_n32_m32", 21, arms["grpo_n32_m32"]) == (
+    assert jobs.finished_run(config, "grpo_n32_m32", 21, arms["grpo_n32_m32"]) == (
         "results/h100x8/runs/grpo_n32_m32/seed21/train.done"
     )
 
@@ -126,27 +127,27 @@ def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
 def test_a_seed_waits_for_every_arm_of_the_seed_before_it():
     config, _, _ = loaded("smoke")  # seeds [0, 1, 2, 3, 4], pair_seeds by default
     assert config["pair_seeds"] is True
-    assert experiment.previous_seed_runs(config, 0) == []
-    assert experiment.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m4", 2)]
+    assert jobs.previous_seed_runs(config, 0) == []
+    assert jobs.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m4", 2)]
     config["seeds"] = [7, 2]  # the order of `seeds`, not their values
-    assert experiment.previous_seed_runs(config, 2) == [("grpo_n16_m16", 7), ("pods_n16_m4", 7)]
+    assert jobs.previous_seed_runs(config, 2) == [("grpo_n16_m16", 7), ("pods_n16_m4", 7)]
     config["pair_seeds"] = False
-    assert experiment.previous_seed_runs(config, 2) == []
+    assert jobs.previous_seed_runs(config, 2) == []
 
 
 def test_analysis_options():
     analysis = {"baseline": "grpo", "benchmark": "gsm8k", "metric": "answer_acc", "q": None, "bootstrap": 1000}
-    assert experiment.analysis_options(analysis, "aggregate") == (
+    assert jobs.analysis_options(analysis, "aggregate") == (
         "--baseline grpo --benchmark gsm8k --metric answer_acc --bootstrap 1000"
     )
-    assert experiment.analysis_options(analysis, "plot") == "--baseline grpo --benchmark gsm8k --metric answer_acc"
+    assert jobs.analysis_options(analysis, "plot") == "--baseline grpo --benchmark gsm8k --metric answer_acc"
 
 
 def test_the_published_logs_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("PODS_BENCH_PAPER_LOGS", raising=False)
-    assert experiment.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "logs")
+    assert jobs.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "logs")
     monkeypatch.setenv("PODS_BENCH_PAPER_LOGS", str(tmp_path / "elsewhere"))
-    assert experiment.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "elsewhere")
+    assert jobs.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "elsewhere")
 
 
 # --- one-line errors -------------------------------------------------------------------------------

@@ -108,3 +108,29 @@ def test_own_modules_are_imported_inside_functions_only_where_laziness_is_the_po
     assert any(h.startswith("cli.py: ") for h in hidden)  # the check sees function-local imports
     elsewhere = [h for h in hidden if h.split(": ")[0] not in LAZY_ON_PURPOSE]
     assert elsewhere == [], elsewhere
+
+
+def test_only_the_workflow_imports_its_adapter_and_nothing_imports_snakemake():
+    """pods_bench/workflow_jobs.py is the workflow's (workflows/rules/*.smk); the package itself runs
+    without Snakemake (`pods-bench plan` is tested so in tests/test_experiment.py)."""
+    graph, _ = import_graph()
+    assert [m for m, targets in graph.items() if "pods_bench.workflow_jobs" in targets] == []
+    rules = "".join(p.read_text(encoding="utf-8") for p in (PACKAGE.parent / "workflows" / "rules").glob("*.smk"))
+    assert "from pods_bench import workflow_jobs" in rules
+    snakemake_users = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if any(name.split(".")[0] == "snakemake" for name in third_party_imports(p))
+    ]
+    assert snakemake_users == []
+
+
+def third_party_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names

@@ -40,7 +40,7 @@ rule aggregate:
             labels={"table": "rollouts and tokens to the threshold"},
         ),
     params:
-        options=experiment_settings.analysis_options(config["analysis"], "aggregate"),
+        options=jobs.analysis_options(config["analysis"], "aggregate"),
     log:
         f"{LOG_DIR}/aggregate.log",
     conda:
@@ -62,7 +62,7 @@ rule plot:
             labels={"figure": "{name}"},
         ),
     params:
-        options=experiment_settings.analysis_options(config["analysis"], "plot"),
+        options=jobs.analysis_options(config["analysis"], "plot"),
     log:
         f"{LOG_DIR}/plot.log",
     conda:
@@ -74,7 +74,7 @@ rule plot:
 
 rule paper_figures:
     input:
-        experiment_settings.paper_logs_dir(config, ROOT),
+        jobs.paper_logs_dir(config, ROOT),
     output:
         # one folder per published setting: results/paper/<setting>/summary/, figures/paper/<setting>/
         tables=directory("results/paper"),

@@ -1,6 +1,7 @@
 # The experiment config, checked before any job starts, and what the rules need from it. How the
-# config becomes jobs is pods_bench/experiment.py (unit-tested in tests/test_experiment.py); this
-# file only reads `config`, calls it, and turns its one-line errors into the workflow's.
+# config becomes runs is pods_bench/experiment.py, and runs become jobs pods_bench/workflow_jobs.py
+# (both unit-tested in tests/test_experiment.py); this file only reads `config`, calls them, and
+# turns their one-line errors into the workflow's.
 #
 # Order of the checks, each failing with one line that names the key:
 #   1. the JSON schema (workflows/schemas/config.schema.yaml): types, unknown keys, seeds as integers;
@@ -19,6 +20,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from pods_bench import experiment as experiment_settings
+from pods_bench import workflow_jobs as jobs
 from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
 from pods_bench.layout import ExperimentLayout
@@ -37,7 +39,7 @@ CONFIG_FILES = [str(p) for p in workflow.overwrite_configfiles] or [str(ROOT / "
 # with environment.yml alone).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-PODS_BENCH = experiment_settings.PODS_BENCH
+PODS_BENCH = jobs.PODS_BENCH
 
 
 def config_error(message: str):
@@ -100,15 +102,15 @@ def run_overrides(arm, seed) -> list[str]:
 
 
 def finished_run(arm, seed) -> str:
-    return experiment_settings.finished_run(config, arm, seed, RESOLVED[arm])
+    return jobs.finished_run(config, arm, seed, RESOLVED[arm])
 
 
 def job_resources(rule: str, arm: str | None = None) -> dict:
-    return checked(experiment_settings.job_resources, rule, HARDWARE, config["resources"], RESOLVED.get(arm))
+    return checked(jobs.job_resources, rule, HARDWARE, config["resources"], RESOLVED.get(arm))
 
 
 def train_launcher(arm: str) -> str:
-    return experiment_settings.train_launcher(HARDWARE, RESOLVED[arm], ROOT)
+    return jobs.train_launcher(HARDWARE, RESOLVED[arm], ROOT)
 
 
 wildcard_constraints:

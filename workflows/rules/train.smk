@@ -17,7 +17,7 @@ rule train:
         # ancient: an order, not a dependency (a re-evaluated earlier seed does not retrain this one)
         previous_seed=lambda wildcards: [
             ancient(finished_run(arm, seed))
-            for arm, seed in experiment_settings.previous_seed_runs(config, wildcards.seed)
+            for arm, seed in jobs.previous_seed_runs(config, wildcards.seed)
         ],
     output:
         touch(LAYOUT.train_done("{arm}", "{seed}")),
@@ -25,7 +25,7 @@ rule train:
         launcher=lambda wildcards: train_launcher(wildcards.arm),
         # torch threads of each training process: the job's cores shared by its processes
         process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
-        overrides=lambda wildcards: experiment_settings.set_flags(run_overrides(wildcards.arm, wildcards.seed)),
+        overrides=lambda wildcards: jobs.set_flags(run_overrides(wildcards.arm, wildcards.seed)),
     log:
         LAYOUT.log("train", "{arm}", "{seed}"),
     benchmark:

@@ -1,0 +1,94 @@
+"""The workflow's adapter: what each Snakemake job of an experiment asks the scheduler for and runs
+(resources, the launch line, `--set` flags, the analysis options), the markers that say a run is
+finished, and the order of seeds (`pair_seeds`). Only workflows/rules/*.smk import it; the
+experiment itself (its config, the trainer config of each run) is pods_bench/experiment.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from pathlib import Path
+
+from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import ROOT
+from pods_bench.layout import ExperimentLayout
+
+# How every job runs the package (the workflow puts its own Python first on the jobs' PATH).
+PODS_BENCH = "python -m pods_bench"
+
+
+def previous_seed_runs(config: dict, seed) -> list[tuple[str, int]]:
+    """(arm, seed) of every run a training job of `seed` waits for under `pair_seeds`: all arms of the
+    seed before it in `seeds`. Seed by seed, the arms of one seed are then the only training jobs
+    that run together (the train rule's priority keeps evaluations out while one is ready), so
+    clock comparisons see every arm of a seed under the same machine conditions."""
+    seeds = [int(s) for s in config["seeds"]]
+    at = seeds.index(int(seed))
+    if not config.get("pair_seeds", True) or at == 0:
+        return []
+    return [(arm, seeds[at - 1]) for arm in config["arms"]]
+
+
+def finished_run(config: dict, arm: str, seed, arm_config) -> str:
+    """The marker of run (arm, seed) once its evaluations are complete: the training job's where the
+    trainer evaluates inline (`eval.inline`), else the evaluation job's."""
+    where = ExperimentLayout(config["experiment"])
+    return where.train_done(arm, seed) if arm_config.eval.inline else where.eval_done(arm, seed)
+
+
+def job_resources(rule: str, hardware: dict, resources: dict, arm_config=None) -> dict:
+    """Snakemake resources of one `rule` job ("train" or "evaluate") on `hardware` (a setup of
+    config/hardware.yaml), with the experiment config's `resources` replacing the setup's; a
+    training job's runtime follows its arm's budget (`arm_config`, the arm's trainer config)."""
+    spec = {**hardware[rule], **resources.get(rule, {})}
+    if "runtime_min" in spec:
+        runtime = spec["runtime_min"]
+    else:  # training: the time budget, slowed down by the hardware's factor, plus start-up
+        budget_s = arm_config.budget.max_train_time_s
+        if budget_s is None:
+            raise PodsBenchError(
+                f"config key resources.{rule}.runtime_min is needed: the budget has no max_train_time_s"
+            )
+        runtime = math.ceil(budget_s / 60 * spec["runtime_factor"] + spec["runtime_overhead_min"])
+    job = {"mem_mb": spec["mem_mb"], "runtime": runtime, "cpus_per_task": spec["cpus"], "gpu": spec["gpu"]}
+    if spec["gpu"] and hardware.get("gpu_model"):
+        job["gpu_model"] = hardware["gpu_model"]
+    return job
+
+
+def train_launcher(hardware: dict, arm_config, root: Path = ROOT) -> str:
+    """One process, or the distributed engine (`accelerate launch`) with the setup's process count."""
+    if hardware["processes"] <= 1:
+        return PODS_BENCH
+    flags = [
+        f"--num_processes {hardware['processes']}",
+        "--num_machines 1",
+        f"--mixed_precision {arm_config.model.mixed_precision}",
+        "--dynamo_backend no",
+    ]
+    if hardware.get("accelerate_config"):
+        flags.insert(0, f"--config_file {Path(root) / hardware['accelerate_config']}")
+    else:  # torchrun's launcher; with device cpu the processes join a gloo group
+        flags.append("--multi_gpu")
+    return f"accelerate launch {' '.join(flags)} -m pods_bench"
+
+
+def set_flags(items) -> str:
+    """`--set` items as options of `pods-bench train`, quoted for the shell."""
+    return " ".join(f"--set {shlex.quote(item)}" for item in items)
+
+
+def analysis_options(analysis: dict, command: str) -> str:
+    """The `analysis` settings the config gives, as options of `pods-bench aggregate` or `plot`
+    (the analysis chooses the others)."""
+    keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap"] if command == "aggregate" else [])
+    given = {key: analysis[key] for key in keys if analysis[key] is not None}
+    return " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in given.items())
+
+
+def paper_logs_dir(config: dict, root: Path = ROOT) -> str:
+    """The published-logs folder: $PODS_BENCH_PAPER_LOGS, else `paper_logs` relative to the project root."""
+    path = os.environ.get("PODS_BENCH_PAPER_LOGS") or config["paper_logs"]
+    return str((Path(root) / path).resolve())
