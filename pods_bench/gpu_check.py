@@ -48,6 +48,7 @@ from pods_bench.models import TokenIdTokenizer, build_random_model
 from pods_bench.planning.architecture import known_models
 from pods_bench.planning.memory import Lengths, memory_estimate
 from pods_bench.planning.step_time import StepLengths, from_hardware, predict
+from pods_bench.run_dir import TRAIN_LOG, phase_field
 from pods_bench.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,13 +198,13 @@ def smoke_training(device: str, out: Path, smoke: dict) -> Iterator[dict]:
             }
         )
         train(cfg, progress=False)
-        log = read_jsonl(out / "smoke" / arm / "train_log.jsonl")
+        log = read_jsonl(out / "smoke" / arm / TRAIN_LOG)
         mean = lambda key: sum(r[key] for r in log) / len(log)
         yield {
             "arm": arm,
             "steps": len(log),
             "s_per_step": round(log[-1]["train_time_s"] / len(log), 4),
-            **{f"{p}_s": round(mean(f"time_{p}_s"), 4) for p in ("gen", "reward", "update", "sync")},
+            **{f"{p}_s": round(mean(phase_field(p)), 4) for p in ("gen", "reward", "update", "sync")},
             "reward_first": round(log[0]["reward_mean"], 3),
             "reward_last": round(log[-1]["reward_mean"], 3),
         }

@@ -66,3 +66,15 @@ def test_a_run_writes_the_step_record_then_documented_counters(tmp_path, strateg
     assert keys[: len(StepRecord.field_names())] == StepRecord.field_names()
     extra = keys[len(StepRecord.field_names()) :]
     assert extra and set(extra) <= set(counters), extra
+
+
+def test_the_planner_reads_fields_the_step_record_has():
+    """The step-time model's features and the phase times it is fitted on (planning/step_time.py)
+    are train_log fields: a renamed field breaks this test, not a profile months later."""
+    from pods_bench.planning.step_time import PHASE_FEATURES
+    from pods_bench.run_dir import PHASES, phase_field
+
+    fields = set(StepRecord.field_names())
+    features = {f for names in PHASE_FEATURES.values() for f in names if f != "1"}
+    assert features <= fields and "decode_sequence_steps" in features
+    assert {phase_field(p) for p in PHASES} <= fields and set(PHASE_FEATURES) == set(PHASES)

@@ -17,6 +17,7 @@ from pods_bench.io import atomic_write_with
 from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.memory import GIB, memory_estimate
 from pods_bench.planning.step_time import StepTimeModel, from_hardware, predict
+from pods_bench.run_dir import phase_field
 
 MEMORY_PARTS = (
     "weights",
@@ -69,7 +70,7 @@ def plan_arm(arm: str, cfg, hardware: dict, hardware_name: str, step_model: Step
         "mem_margin_gib": gib(memory["margin"]),
         "concurrent_sequences": memory["concurrent_sequences"],
         "sequences_per_step": memory["sequences_per_step"],
-        **{f"time_{phase}_s": round(s, 4) for phase, s in seconds.items() if phase != "step"},
+        **{phase_field(phase): round(s, 4) for phase, s in seconds.items() if phase != "step"},
         "step_s": round(seconds["step"], 4),
         "step_time_source": model.source,
     }
@@ -142,7 +143,7 @@ def markdown(rows: list[dict]) -> str:
         fits = "yes" if r["fits"] else ("at most" if r["fits_floor"] else "NO")
         cells = [r["arm"], f"{r['n']}/{r['m']}", r["mem_peak_gib"], r["mem_capacity_gib"], fits, r["mem_floor_gib"]]
         cells += [r[f"mem_{p}_gib"] for p in shown]
-        cells += [r[f"time_{p}_s"] for p in ("gen", "reward", "update", "sync")] + [r["step_s"]]
+        cells += [r[phase_field(p)] for p in ("gen", "reward", "update", "sync")] + [r["step_s"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 

@@ -22,7 +22,9 @@ from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
 from pods_bench.io import atomic_write_json, atomic_write_text, atomic_write_with, read_jsonl
+from pods_bench.layout import RUNS
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, fit, predict
+from pods_bench.run_dir import PHASES, TRAIN_LOG, phase_field
 from pods_bench.run_info import hardware
 from pods_bench.train import train
 
@@ -65,7 +67,7 @@ def run_interleaved(arms: dict, steps: int, rounds: int) -> None:
 
 
 def arm_records(out: Path, arm: str) -> list[dict]:
-    return read_jsonl(out / "runs" / arm / "train_log.jsonl")
+    return read_jsonl(out / RUNS / arm / TRAIN_LOG)
 
 
 def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[str]) -> list[dict]:
@@ -76,9 +78,7 @@ def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[st
     for arm, (settings, overrides, changes) in arms.items():
         cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
         records = arm_records(out, arm)
-        measured = float(
-            np.mean([sum(r[f"time_{p}_s"] for p in ("gen", "reward", "select", "update", "sync")) for r in records])
-        )
+        measured = float(np.mean([sum(r[phase_field(p)] for p in PHASES) for r in records]))
         from_config = predict(model, cfg)["step"]
         own = predict(model, cfg, lengths=StepLengths.from_records(records))["step"]
         rows.append(

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from pods_bench.planning.memory import kv_bytes_per_token, sequences_per_process, trained_per_process
+from pods_bench.run_dir import phase_field
 
 PHASE_FEATURES = {
     "gen": ("1", "decode_steps", "decode_sequence_steps"),
@@ -99,7 +100,7 @@ def fit(records: list[dict], source: str = "") -> StepTimeModel:
     coefficients = {}
     for phase, names in PHASE_FEATURES.items():
         x = np.array([[1.0 if f == "1" else float(r[f]) for f in names] for r in records])
-        y = np.array([float(r[f"time_{phase}_s"]) for r in records])
+        y = np.array([float(r[phase_field(phase)]) for r in records])
         scale = np.maximum(np.abs(x).max(axis=0), 1e-12)  # features differ by orders of magnitude
         solution, _ = nnls(x / scale, y)
         coefficients[phase] = dict(zip(names, (solution / scale).tolist()))
