@@ -14,6 +14,7 @@ set (the default leaves it open, so that a `TrainConfig()` can be built in code)
 from __future__ import annotations
 
 import copy
+import dataclasses
 import types
 import typing
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 import yaml
 
+from pods_bench.allocation import ALLOCATION_STRATEGIES
 from pods_bench.engines.base import SamplingConfig, check_distribution  # sampling.seed: None -> derived from `seed`
 from pods_bench.errors import PodsBenchError
 from pods_bench.layout import ExperimentLayout
@@ -135,108 +137,32 @@ class SelectionConfig:
         )
 
 
-@dataclass
-class RoundsConfig:
-    """How a strategy that samples in rounds stops: after `max_rounds` rounds (0: no limit, but never
-    more than one pass over the training prompts in one step) without a full batch it stops the run
-    with one line ("error", as DAPO's and Pilot-Commit's code raise) or trains on what it has ("train")."""
-
-    max_rounds: int = 10  # verl's algorithm.filter_groups.max_num_gen_batches / Pilot-Commit's
-    when_short: Literal["error", "train"] = "error"
-
-    def _check(self, section: str) -> None:
-        _require(self.max_rounds >= 0, f"config key allocation.{section}.max_rounds must be >= 0 (0: no limit)")
-
-
-@dataclass
-class DynamicSamplingConfig(RoundsConfig):
-    """DAPO's dynamic sampling (allocation.strategy: dynamic_sampling)."""
-
-    prompts_per_round: int | None = None  # None: 3 x prompts_per_step (the DAPO recipe's gen_prompt_bsz)
-    # what must differ within a group for it to train: "correct" (verl's filter_groups.metric acc, the
-    # DAPO recipe) or "reward" (the trained reward: with format shaping an all-wrong group can differ)
-    metric: Literal["correct", "reward"] = "correct"
-
-    def __post_init__(self):
-        self._check("dynamic_sampling")
-        _require(
-            self.prompts_per_round is None or self.prompts_per_round >= 1,
-            "config key allocation.dynamic_sampling.prompts_per_round must be >= 1 (or null: 3 x prompts_per_step)",
-        )
+def _allocation_config_class() -> type:
+    """AllocationConfig: `strategy`, and a section allocation.<name> for every registered strategy with
+    settings, typed by the strategy's own dataclass (pods_bench/allocation/, plugins.Registry)."""
+    sections = [(name, cls, field(default_factory=cls)) for name, cls in ALLOCATION_STRATEGIES.settings().items()]
+    cls = dataclasses.make_dataclass(
+        "AllocationConfig",
+        [("strategy", str, field(default="uniform")), *sections],  # a key of ALLOCATION_STRATEGIES
+        namespace={
+            "__doc__": "Which prompts get how many rollouts (pods_bench/allocation/); the selection rule "
+            "then decides which of a group's rollouts train."
+        },
+    )
+    cls.__module__ = __name__  # (make_dataclass takes `module` only from Python 3.12 on)
+    return cls
 
 
-@dataclass
-class GresoConfig(RoundsConfig):
-    """GRESO's pre-rollout skipping (allocation.strategy: greso); defaults from its code and scripts."""
-
-    p_easy: float = 0.5  # start values of the keep probabilities (data.p_easy / data.p_hard)
-    p_hard: float = 0.5
-    target_zero_variance: float = 0.25  # 1/3 of it aimed at all-correct groups, 2/3 at all-wrong
-    p_min: float = 0.05  # bounds of p_easy / p_hard
-    p_max: float = 0.95
-    p_step: float = 0.01  # adaptation step per training step
-    skip_floor: float = 0.01  # a prompt is kept with probability >= this, however long its streak
-    prompts_per_round: int | None = None  # most prompts rolled out per round; None: 1.5 x prompts_per_step
-    min_prompts_per_round: int | None = None  # fewest in a refill round; None: prompts_per_step / 4
-    metric: Literal["correct", "reward"] = "reward"  # GRESO's refill drops groups whose rewards are all equal
-
-    def __post_init__(self):
-        self._check("greso")
-        for key in ("p_easy", "p_hard", "p_min", "p_max", "skip_floor"):
-            _require(0 < getattr(self, key) <= 1, f"config key allocation.greso.{key} must be in (0, 1]")
-        _require(self.p_min <= self.p_max, "config key allocation.greso.p_min must be <= p_max")
-        _require(
-            0 <= self.target_zero_variance < 1, "config key allocation.greso.target_zero_variance must be in [0, 1)"
-        )
-        _require(self.p_step >= 0, "config key allocation.greso.p_step must be >= 0")
-        for key in ("prompts_per_round", "min_prompts_per_round"):
-            value = getattr(self, key)
-            _require(value is None or value >= 1, f"config key allocation.greso.{key} must be >= 1 (or null)")
+AllocationConfig = _allocation_config_class()
 
 
-@dataclass
-class PilotCommitConfig(RoundsConfig):
-    """Pilot-Commit (allocation.strategy: pilot_commit); defaults from its paper scripts."""
-
-    pilot_prompts: int | None = None  # new prompts piloted per round; None: 3 x prompts_per_step
-    pilot_rollouts: int | None = None  # n_p; None: selection.n / 4. The commit samples n - n_p more
-    pass_low: float = 0.125  # buffered if pass_low <= pilot pass rate <= 1 - pass_high_margin
-    pass_high_margin: float = 0.25
-    solve_threshold: float | None = 1.0  # pilot pass rate >= this: never piloted again; None: no eviction
-    commit_order: Literal["random", "max_std"] = "random"  # which buffered prompts a commit takes first
-    max_off_steps: int = 4  # buffered pilots older than this many steps are dropped
-
-    def __post_init__(self):
-        self._check("pilot_commit")
-        _require(
-            self.pilot_prompts is None or self.pilot_prompts >= 1,
-            "config key allocation.pilot_commit.pilot_prompts must be >= 1 (or null: 3 x prompts_per_step)",
-        )
-        _require(
-            self.pilot_rollouts is None or self.pilot_rollouts >= 1,
-            "config key allocation.pilot_commit.pilot_rollouts must be >= 1 (or null: selection.n / 4)",
-        )
-        _require(
-            0 <= self.pass_low <= 1 - self.pass_high_margin <= 1,
-            "config key allocation.pilot_commit: the pass window [pass_low, 1 - pass_high_margin] must lie in "
-            f"[0, 1] and not be empty, got [{self.pass_low}, {1 - self.pass_high_margin}]",
-        )
-        _require(
-            self.solve_threshold is None or 0 < self.solve_threshold <= 1,
-            "config key allocation.pilot_commit.solve_threshold must be in (0, 1] (or null: no eviction)",
-        )
-        _require(self.max_off_steps >= 0, "config key allocation.pilot_commit.max_off_steps must be >= 0")
+def _follow_the_strategies() -> None:
+    """A strategy registered after this module was imported (a test's toy, a user's module) gets its
+    section too: TrainConfig's annotation and default factory look AllocationConfig up by name."""
+    globals()["AllocationConfig"] = _allocation_config_class()
 
 
-@dataclass
-class AllocationConfig:
-    """Which prompts get how many rollouts (pods_bench/allocation/); the selection rule then decides
-    which of a group's rollouts train."""
-
-    strategy: str = "uniform"  # a key of pods_bench.allocation.ALLOCATION_STRATEGIES
-    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    greso: GresoConfig = field(default_factory=GresoConfig)
-    pilot_commit: PilotCommitConfig = field(default_factory=PilotCommitConfig)
+ALLOCATION_STRATEGIES.on_register(_follow_the_strategies)
 
 
 @dataclass
@@ -377,7 +303,7 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(max_new_tokens=1024))
-    allocation: AllocationConfig = field(default_factory=AllocationConfig)
+    allocation: AllocationConfig = field(default_factory=lambda: AllocationConfig())
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -571,22 +497,12 @@ def check_fsdp(cfg: TrainConfig) -> None:
 
 
 def check_allocation(cfg: TrainConfig) -> None:
-    """The allocation strategy exists and fits the selection settings."""
-    from pods_bench.allocation import ALLOCATION_STRATEGIES
-
-    a, s = cfg.allocation, cfg.selection
+    """The allocation strategy exists and fits the other sections (the strategy's own `check_config`)."""
+    ALLOCATION_STRATEGIES.check(cfg.allocation.strategy)
+    strategy = ALLOCATION_STRATEGIES[cfg.allocation.strategy]
     _require(
-        a.strategy in ALLOCATION_STRATEGIES,
-        f"config key allocation.strategy: unknown strategy {a.strategy!r}; choose from {', '.join(ALLOCATION_STRATEGIES)}",
+        strategy.groups_per_prompt or cfg.selection.groups_per_prompt == 1,
+        f"config key selection.groups_per_prompt: allocation strategy {cfg.allocation.strategy!r} samples one "
+        "group per prompt",
     )
-    _require(
-        a.strategy == "uniform" or s.groups_per_prompt == 1,
-        f"config key selection.groups_per_prompt: allocation strategy {a.strategy!r} samples one group per prompt",
-    )
-    if a.strategy == "pilot_commit":
-        n_p = a.pilot_commit.pilot_rollouts if a.pilot_commit.pilot_rollouts is not None else s.n // 4
-        _require(
-            1 <= n_p < s.n,
-            f"config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = {s.n - 1} "
-            f"(pilot and commit rollouts make up the n of a group), got {n_p}",
-        )
+    strategy.check_config(cfg)

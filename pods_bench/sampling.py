@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from pods_bench.rewards.grading import gold_texts
 
 if TYPE_CHECKING:
+    import torch
+
     from pods_bench.config import TrainConfig
 
 
@@ -49,6 +49,8 @@ def timed(times: dict, phase: str, device):
     started = time.perf_counter()
     yield
     if device is not None and device.type == "cuda":
+        import torch  # only here: the strategies' settings (and so the config) import this module
+
         torch.cuda.synchronize(device)
     times[phase] = times.get(phase, 0.0) + time.perf_counter() - started
 
@@ -312,6 +314,8 @@ class RolloutSampler:
         """Every process's `items`, concatenated in process order (the same list on every process)."""
         if self.world == 1:
             return list(items)
+        import torch.distributed as dist  # several processes: torch is loaded by then
+
         parts: list[Any] = [None] * self.world
         dist.all_gather_object(parts, items)
         return [x for part in parts for x in part]

@@ -14,24 +14,20 @@ every strategy composes with every rule (Pilot-Commit + max_variance is PODS ins
                     is informative wait in a buffer; the batch commits n - n_p more rollouts to
                     buffered prompts and trains on pilot + commit as one group
 
-Each strategy's settings are a section of the config (`allocation.<strategy>`, pods_bench/config.py)
-and its per-prompt state is saved in every checkpoint. docs/allocation.md compares them.
+Each strategy registers itself in its own module with its settings dataclass, which the config
+types as the section `allocation.<strategy>` (pods_bench/plugins.py); its per-prompt state is saved
+in every checkpoint. docs/allocation.md compares them.
 """
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import AllocationStrategy
-from pods_bench.allocation.dynamic_sampling import DynamicSampling
-from pods_bench.allocation.greso import Greso
-from pods_bench.allocation.pilot_commit import PilotCommit
-from pods_bench.allocation.uniform import Uniform
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy
 
-ALLOCATION_STRATEGIES: dict[str, type[AllocationStrategy]] = {
-    "uniform": Uniform,
-    "dynamic_sampling": DynamicSampling,
-    "greso": Greso,
-    "pilot_commit": PilotCommit,
-}
+# importing a strategy's module registers it; this order is the order config errors list them in
+# isort: off
+from pods_bench.allocation import uniform  # noqa: E402, F401
+from pods_bench.allocation import dynamic_sampling, greso, pilot_commit  # noqa: E402, F401
+# isort: on
 
 __all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "make_allocator"]
 

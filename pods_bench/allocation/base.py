@@ -5,22 +5,41 @@ pods_bench/sampling.py; a strategy imports that and this module, nothing of the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.plugins import Registry
 from pods_bench.sampling import Groups, RolloutSampler
 
 if TYPE_CHECKING:
     from pods_bench.config import TrainConfig
 
 
+# name -> strategy class; each strategy module registers itself with its settings dataclass, the
+# config section allocation.<name> (`@ALLOCATION_STRATEGIES.register(name, settings=...)`)
+ALLOCATION_STRATEGIES = Registry("strategy", "allocation.strategy")
+
+
+def require(ok: bool, message: str) -> None:
+    """A settings check: `message` (naming its config key) as a one-line error unless `ok`."""
+    if not ok:
+        raise PodsBenchError(message)
+
+
 class AllocationStrategy(ABC):
     """Decides which prompts get how many rollouts in each step. Subclasses register in
-    pods_bench.allocation.ALLOCATION_STRATEGIES; what they keep between steps is in `state_dict`
-    (saved in every checkpoint, restored on resume)."""
+    ALLOCATION_STRATEGIES; what they keep between steps is in `state_dict` (saved in every
+    checkpoint, restored on resume)."""
+
+    groups_per_prompt = False  # whether it samples selection.groups_per_prompt groups of a prompt
 
     def __init__(self, cfg: TrainConfig, num_prompts: int):
         self.cfg, self.num_prompts = cfg, num_prompts
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """What the strategy needs of the other config sections (its own section checks itself)."""
 
     @abstractmethod
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
@@ -32,6 +51,19 @@ class AllocationStrategy(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+@dataclass
+class RoundsConfig:
+    """How a strategy that samples in rounds stops: after `max_rounds` rounds (0: no limit, but never
+    more than one pass over the training prompts in one step) without a full batch it stops the run
+    with one line ("error", as DAPO's and Pilot-Commit's code raise) or trains on what it has ("train")."""
+
+    max_rounds: int = 10  # verl's algorithm.filter_groups.max_num_gen_batches / Pilot-Commit's
+    when_short: Literal["error", "train"] = "error"
+
+    def _check(self, section: str) -> None:
+        require(self.max_rounds >= 0, f"config key allocation.{section}.max_rounds must be >= 0 (0: no limit)")
 
 
 def short_batch(strategy: str, rounds_cfg, have: int, want: int, rounds: int, why: str) -> bool:

@@ -15,10 +15,38 @@ still differ in its format terms, and so still have an advantage).
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import AllocationStrategy, check_not_exhausted, short_batch
+from dataclasses import dataclass
+from typing import Literal
+
+from pods_bench.allocation.base import (
+    ALLOCATION_STRATEGIES,
+    AllocationStrategy,
+    RoundsConfig,
+    check_not_exhausted,
+    require,
+    short_batch,
+)
 from pods_bench.sampling import Graded, Groups, RolloutSampler
 
 
+@dataclass
+class DynamicSamplingConfig(RoundsConfig):
+    """DAPO's dynamic sampling (allocation.strategy: dynamic_sampling)."""
+
+    prompts_per_round: int | None = None  # None: 3 x prompts_per_step (the DAPO recipe's gen_prompt_bsz)
+    # what must differ within a group for it to train: "correct" (verl's filter_groups.metric acc, the
+    # DAPO recipe) or "reward" (the trained reward: with format shaping an all-wrong group can differ)
+    metric: Literal["correct", "reward"] = "correct"
+
+    def __post_init__(self):
+        self._check("dynamic_sampling")
+        require(
+            self.prompts_per_round is None or self.prompts_per_round >= 1,
+            "config key allocation.dynamic_sampling.prompts_per_round must be >= 1 (or null: 3 x prompts_per_step)",
+        )
+
+
+@ALLOCATION_STRATEGIES.register("dynamic_sampling", settings=DynamicSamplingConfig)
 class DynamicSampling(AllocationStrategy):
     """Refill rounds until P informative groups; subclasses choose the round's prompts (GRESO)."""
 

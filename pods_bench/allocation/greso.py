@@ -27,13 +27,46 @@ short batch).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, RoundsConfig, require
 from pods_bench.allocation.dynamic_sampling import DynamicSampling
 from pods_bench.sampling import Graded, RolloutSampler
 
 
+@dataclass
+class GresoConfig(RoundsConfig):
+    """GRESO's pre-rollout skipping (allocation.strategy: greso); defaults from its code and scripts."""
+
+    p_easy: float = 0.5  # start values of the keep probabilities (data.p_easy / data.p_hard)
+    p_hard: float = 0.5
+    target_zero_variance: float = 0.25  # 1/3 of it aimed at all-correct groups, 2/3 at all-wrong
+    p_min: float = 0.05  # bounds of p_easy / p_hard
+    p_max: float = 0.95
+    p_step: float = 0.01  # adaptation step per training step
+    skip_floor: float = 0.01  # a prompt is kept with probability >= this, however long its streak
+    prompts_per_round: int | None = None  # most prompts rolled out per round; None: 1.5 x prompts_per_step
+    min_prompts_per_round: int | None = None  # fewest in a refill round; None: prompts_per_step / 4
+    metric: Literal["correct", "reward"] = "reward"  # GRESO's refill drops groups whose rewards are all equal
+
+    def __post_init__(self):
+        self._check("greso")
+        for key in ("p_easy", "p_hard", "p_min", "p_max", "skip_floor"):
+            require(0 < getattr(self, key) <= 1, f"config key allocation.greso.{key} must be in (0, 1]")
+        require(self.p_min <= self.p_max, "config key allocation.greso.p_min must be <= p_max")
+        require(
+            0 <= self.target_zero_variance < 1, "config key allocation.greso.target_zero_variance must be in [0, 1)"
+        )
+        require(self.p_step >= 0, "config key allocation.greso.p_step must be >= 0")
+        for key in ("prompts_per_round", "min_prompts_per_round"):
+            value = getattr(self, key)
+            require(value is None or value >= 1, f"config key allocation.greso.{key} must be >= 1 (or null)")
+
+
+@ALLOCATION_STRATEGIES.register("greso", settings=GresoConfig)
 class Greso(DynamicSampling):
     name = "greso"
 

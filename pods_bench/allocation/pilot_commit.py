@@ -27,12 +27,54 @@ in the code); the pass rate is correctness, as the code's `acc`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from pods_bench.allocation.base import AllocationStrategy, check_not_exhausted, short_batch
+from pods_bench.allocation.base import (
+    ALLOCATION_STRATEGIES,
+    AllocationStrategy,
+    RoundsConfig,
+    check_not_exhausted,
+    require,
+    short_batch,
+)
 from pods_bench.errors import PodsBenchError
 from pods_bench.sampling import Groups, RolloutSampler
+
+
+@dataclass
+class PilotCommitConfig(RoundsConfig):
+    """Pilot-Commit (allocation.strategy: pilot_commit); defaults from its paper scripts."""
+
+    pilot_prompts: int | None = None  # new prompts piloted per round; None: 3 x prompts_per_step
+    pilot_rollouts: int | None = None  # n_p; None: selection.n / 4. The commit samples n - n_p more
+    pass_low: float = 0.125  # buffered if pass_low <= pilot pass rate <= 1 - pass_high_margin
+    pass_high_margin: float = 0.25
+    solve_threshold: float | None = 1.0  # pilot pass rate >= this: never piloted again; None: no eviction
+    commit_order: Literal["random", "max_std"] = "random"  # which buffered prompts a commit takes first
+    max_off_steps: int = 4  # buffered pilots older than this many steps are dropped
+
+    def __post_init__(self):
+        self._check("pilot_commit")
+        require(
+            self.pilot_prompts is None or self.pilot_prompts >= 1,
+            "config key allocation.pilot_commit.pilot_prompts must be >= 1 (or null: 3 x prompts_per_step)",
+        )
+        require(
+            self.pilot_rollouts is None or self.pilot_rollouts >= 1,
+            "config key allocation.pilot_commit.pilot_rollouts must be >= 1 (or null: selection.n / 4)",
+        )
+        require(
+            0 <= self.pass_low <= 1 - self.pass_high_margin <= 1,
+            "config key allocation.pilot_commit: the pass window [pass_low, 1 - pass_high_margin] must lie in "
+            f"[0, 1] and not be empty, got [{self.pass_low}, {1 - self.pass_high_margin}]",
+        )
+        require(
+            self.solve_threshold is None or 0 < self.solve_threshold <= 1,
+            "config key allocation.pilot_commit.solve_threshold must be in (0, 1] (or null: no eviction)",
+        )
+        require(self.max_off_steps >= 0, "config key allocation.pilot_commit.max_off_steps must be >= 0")
 
 
 @dataclass
@@ -45,8 +87,19 @@ class Buffered:
     std: float  # of the pilot's correctness: the "max_std" commit order
 
 
+@ALLOCATION_STRATEGIES.register("pilot_commit", settings=PilotCommitConfig)
 class PilotCommit(AllocationStrategy):
     name = "pilot_commit"
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        s, n_p = cfg.selection, cfg.allocation.pilot_commit.pilot_rollouts
+        n_p = n_p if n_p is not None else s.n // 4
+        require(
+            1 <= n_p < s.n,
+            f"config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = {s.n - 1} "
+            f"(pilot and commit rollouts make up the n of a group), got {n_p}",
+        )
 
     def __init__(self, cfg, num_prompts: int):
         super().__init__(cfg, num_prompts)

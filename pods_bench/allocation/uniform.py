@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import AllocationStrategy
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy
 from pods_bench.sampling import Groups, RolloutSampler
 
 
+@ALLOCATION_STRATEGIES.register("uniform")
 class Uniform(AllocationStrategy):
     """P prompts x G groups (selection.groups_per_prompt) x n rollouts, one sampling call."""
+
+    groups_per_prompt = True
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
         s = self.cfg.selection
