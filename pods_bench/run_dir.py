@@ -82,7 +82,7 @@ class StepRecord:
     update_tokens: int
     allocation_counters: dict = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def as_line(self) -> dict:
         """The line as written: the fields above, then the strategy's counters."""
         line = asdict(self)
         counters = line.pop("allocation_counters")

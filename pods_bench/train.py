@@ -768,7 +768,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         while (stop_reason := p.budget_reached(cfg)) is None:
             record = train_step(run, stream)
             if main:
-                append_jsonl(cfg.run_dir / TRAIN_LOG, [record.to_json()])
+                append_jsonl(cfg.run_dir / TRAIN_LOG, [record.as_line()])
                 reward = record.reward_mean  # None for a step that trained on no group (when_short: train)
                 shown = "n/a" if reward is None else f"{reward:.3f}"
                 bar.set_postfix(step=p.step, clock=f"{p.clock:.1f}s", reward=shown, refresh=False)
