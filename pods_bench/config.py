@@ -26,16 +26,11 @@ import yaml
 
 from pods_bench.allocation import ALLOCATION_STRATEGIES
 from pods_bench.engines.base import SamplingConfig, check_distribution  # sampling.seed: None -> derived from `seed`
-from pods_bench.errors import PodsBenchError
+from pods_bench.errors import PodsBenchError, require
 from pods_bench.layout import ExperimentLayout
 from pods_bench.models import TinyModelConfig
 from pods_bench.rewards import RewardConfig
 from pods_bench.typed_config import is_dataclass_type, section_from_dict, unknown_key
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise PodsBenchError(message)
 
 
 @dataclass
@@ -71,18 +66,18 @@ class TaskConfig:
     prompt_date: str = "2024-07-26"
 
     def __post_init__(self):
-        _require(self.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
+        require(self.max_prompt_tokens >= 1, "config key task.max_prompt_tokens must be >= 1")
         try:
             date.fromisoformat(self.prompt_date)
         except (TypeError, ValueError):
             raise PodsBenchError(
                 f"config key task.prompt_date must be a date as YYYY-MM-DD, got {self.prompt_date!r}"
             ) from None
-        _require(
+        require(
             self.math_gold == "balanced" or self.name == "math",
             f"config key task.math_gold: 'released' applies to task math only, not {self.name!r}",
         )
-        _require(self.limit is None or self.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
+        require(self.limit is None or self.limit >= 1, "config key task.limit must be >= 1 (or null for all)")
 
 
 @dataclass
@@ -94,7 +89,7 @@ class EngineConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        _require(self.max_batch >= 1, "config key engine.max_batch must be >= 1")
+        require(self.max_batch >= 1, "config key engine.max_batch must be >= 1")
         # Other engines take no options and ignore them: a vllm recipe switched to hf (tests, CPU
         # runs) keeps its vllm options.
         if self.name == "vllm":
@@ -122,16 +117,16 @@ class SelectionConfig:
     scope: Literal["group", "batch"] = "group"
 
     def __post_init__(self):
-        _require(
+        require(
             self.n >= 2,
             f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {self.n}",
         )
-        _require(
+        require(
             self.groups_per_prompt >= 1,
             f"config key selection.groups_per_prompt must be >= 1, got {self.groups_per_prompt}",
         )
-        _require(self.m <= self.n, f"config key selection.m ({self.m}) must be <= selection.n ({self.n})")
-        _require(
+        require(self.m <= self.n, f"config key selection.m ({self.m}) must be <= selection.n ({self.n})")
+        require(
             self.m >= 2,
             f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {self.m}",
         )
@@ -185,8 +180,8 @@ class LossConfig:
     reference_forward: bool = False
 
     def __post_init__(self):
-        _require(self.clip_eps > 0, "config key loss.clip_eps must be > 0")
-        _require(self.beta >= 0, "config key loss.beta must be >= 0")
+        require(self.clip_eps > 0, "config key loss.clip_eps must be > 0")
+        require(self.beta >= 0, "config key loss.beta must be >= 0")
 
 
 @dataclass
@@ -212,13 +207,13 @@ class OptimConfig:
     fsdp: bool = False
 
     def __post_init__(self):
-        _require(self.lr > 0, "config key optim.lr must be > 0")
-        _require(self.micro_batch_size >= 1, "config key optim.micro_batch_size must be >= 1")
-        _require(self.rows_per_pass is None or self.rows_per_pass >= 1, "config key optim.rows_per_pass must be >= 1")
-        _require(self.logprob_chunk_tokens >= 1, "config key optim.logprob_chunk_tokens must be >= 1")
-        _require(self.updates_per_batch >= 1, "config key optim.updates_per_batch must be >= 1")
-        _require(self.warmup_steps >= 0, "config key optim.warmup_steps must be >= 0")
-        _require(self.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")
+        require(self.lr > 0, "config key optim.lr must be > 0")
+        require(self.micro_batch_size >= 1, "config key optim.micro_batch_size must be >= 1")
+        require(self.rows_per_pass is None or self.rows_per_pass >= 1, "config key optim.rows_per_pass must be >= 1")
+        require(self.logprob_chunk_tokens >= 1, "config key optim.logprob_chunk_tokens must be >= 1")
+        require(self.updates_per_batch >= 1, "config key optim.updates_per_batch must be >= 1")
+        require(self.warmup_steps >= 0, "config key optim.warmup_steps must be >= 0")
+        require(self.max_grad_norm > 0, "config key optim.max_grad_norm must be > 0")
 
 
 @dataclass
@@ -230,7 +225,7 @@ class LoraConfig:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
     def __post_init__(self):
-        _require(not self.enabled or self.r >= 1, "config key lora.r must be >= 1")
+        require(not self.enabled or self.r >= 1, "config key lora.r must be >= 1")
 
 
 @dataclass
@@ -244,13 +239,13 @@ class BudgetConfig:
 
     def __post_init__(self):
         # "set max_train_time_s or max_steps" is validate's: the default leaves both unset
-        _require(
+        require(
             self.max_train_time_s is None or self.max_train_time_s > 0,
             "config key budget.max_train_time_s must be > 0",
         )
-        _require(self.max_steps is None or self.max_steps >= 0, "config key budget.max_steps must be >= 0")
-        _require(self.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
-        _require(
+        require(self.max_steps is None or self.max_steps >= 0, "config key budget.max_steps must be >= 0")
+        require(self.checkpoint_every_s > 0, "config key budget.checkpoint_every_s must be > 0")
+        require(
             self.checkpoint_every_steps is None or self.checkpoint_every_steps >= 1,
             "config key budget.checkpoint_every_steps must be >= 1 (or null)",
         )
@@ -277,16 +272,16 @@ class EvalConfig:
     keep_checkpoints: Literal["all", "last"] = "all"  # "last": delete evaluated checkpoints but the newest
 
     def __post_init__(self):
-        _require(
+        require(
             self.n_problems is None or self.n_problems >= 1,
             "config key eval.n_problems must be >= 1 (or null for all)",
         )
-        _require(self.repeats >= 1, "config key eval.repeats must be >= 1")
-        _require(
+        require(self.repeats >= 1, "config key eval.repeats must be >= 1")
+        require(
             self.max_prompt_tokens is None or self.max_prompt_tokens >= 1,
             "config key eval.max_prompt_tokens must be >= 1 (or null for all)",
         )
-        _require(self.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
+        require(self.temperature >= 0, "config key eval.temperature must be >= 0 (0: greedy)")
         check_distribution("eval", self)  # the checks SamplingConfig makes of the same parameters
 
 
@@ -313,10 +308,10 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
-        _require(self.seed >= 0, f"config key seed must be >= 0, got {self.seed}")
-        _require(self.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
+        require(self.seed >= 0, f"config key seed must be >= 0, got {self.seed}")
+        require(self.prompts_per_step >= 1, "config key prompts_per_step must be >= 1")
         # SamplingConfig allows greedy (evaluation samples with it too); training rollouts may not be
-        _require(
+        require(
             self.sampling.temperature > 0,
             "config key sampling.temperature must be > 0 (training samples; greedy rollouts would all be equal)",
         )
@@ -429,7 +424,7 @@ def validate(cfg: TrainConfig) -> None:
     from pods_bench.tasks.prompts import PROMPT_STYLES
 
     s = cfg.selection
-    _require(
+    require(
         s.rule in SELECTION_RULES,
         f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}",
     )
@@ -438,13 +433,13 @@ def validate(cfg: TrainConfig) -> None:
     except PodsBenchError as e:
         raise PodsBenchError(f"config key selection.m: {e}") from None
     if s.scope == "batch":
-        _require(
+        require(
             s.rule == "max_abs_advantage" and s.advantage_over == "all",
             "config key selection.scope: 'batch' (CPPO's batch-level pruning) needs rule max_abs_advantage "
             "and advantage_over all",
         )
     check_allocation(cfg)
-    _require(
+    require(
         cfg.engine.name in ENGINES,
         f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}",
     )
@@ -455,22 +450,22 @@ def validate(cfg: TrainConfig) -> None:
             get_task(name)
         except PodsBenchError as e:
             raise PodsBenchError(f"config key {key}: {e}") from None
-    _require(
+    require(
         cfg.task.prompt_style in PROMPT_STYLES,
         f"config key task.prompt_style: unknown style {cfg.task.prompt_style!r}; choose from {', '.join(PROMPT_STYLES)}",
     )
-    _require(
+    require(
         cfg.optim.schedule != "cosine" or cfg.budget.max_steps is not None,
         "config key optim.schedule: cosine decays over budget.max_steps, which is not set",
     )
-    _require(
+    require(
         cfg.lora.enabled or cfg.model.dtype == "float32",
         f"config key model.dtype: full fine-tuning keeps float32 master weights (AdamW steps of ~lr round away "
         f"in {cfg.model.dtype}); set model.dtype=float32 and model.mixed_precision=bf16 for bf16 compute",
     )
     check_fsdp(cfg)
     b = cfg.budget
-    _require(
+    require(
         b.max_train_time_s is not None or b.max_steps is not None,
         "config key budget: set max_train_time_s or max_steps",
     )
@@ -480,17 +475,17 @@ def check_fsdp(cfg: TrainConfig) -> None:
     """optim.fsdp shards full fine-tuning; the combinations it was not built for are refused."""
     if not cfg.optim.fsdp:
         return
-    _require(not cfg.lora.enabled, "config key optim.fsdp: shards full fine-tuning; with LoRA set lora.enabled=false")
-    _require(
+    require(not cfg.lora.enabled, "config key optim.fsdp: shards full fine-tuning; with LoRA set lora.enabled=false")
+    require(
         not cfg.optim.shard_optimizer_state,
         "config key optim.fsdp: shards the optimizer state already; set optim.shard_optimizer_state=false",
     )
-    _require(
+    require(
         cfg.loss.beta == 0 and not cfg.loss.reference_forward,
         "config key optim.fsdp: the reference model (loss.beta > 0 or loss.reference_forward) is not sharded; "
         "turn those off or set optim.fsdp=false",
     )
-    _require(
+    require(
         cfg.model.mixed_precision in (None, "no", "bf16"),
         "config key optim.fsdp: computes in bf16 (model.mixed_precision=bf16) or float32 (no)",
     )
@@ -500,7 +495,7 @@ def check_allocation(cfg: TrainConfig) -> None:
     """The allocation strategy exists and fits the other sections (the strategy's own `check_config`)."""
     ALLOCATION_STRATEGIES.check(cfg.allocation.strategy)
     strategy = ALLOCATION_STRATEGIES[cfg.allocation.strategy]
-    _require(
+    require(
         strategy.groups_per_prompt or cfg.selection.groups_per_prompt == 1,
         f"config key selection.groups_per_prompt: allocation strategy {cfg.allocation.strategy!r} samples one "
         "group per prompt",

@@ -7,3 +7,9 @@ its message as a single line (`pods-bench: error: ...`) and exits with status 2,
 
 class PodsBenchError(Exception):
     """Bad input (config, data, files) with a one-line message naming what is wrong."""
+
+
+def require(ok: bool, message: str) -> None:
+    """A check of input: `message` (naming its config key) as the one-line error unless `ok`."""
+    if not ok:
+        raise PodsBenchError(message)

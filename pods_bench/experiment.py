@@ -16,6 +16,7 @@ root) comes in as arguments.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -79,11 +80,17 @@ def schema_error_line(error, command_line_keys=()) -> str:
     return f"config key {key}: {error.message}"
 
 
+@functools.lru_cache(maxsize=4)
+def read_schema(path: str | Path) -> dict:
+    """The JSON schema, parsed once per process (load_experiment checks, then fills defaults)."""
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
 def schema_error(config: dict, command_line_keys=(), schema: str | Path = SCHEMA) -> str | None:
     """The line for the first mistake against the JSON schema, or None when the config follows it."""
     import jsonschema
 
-    schema = yaml.safe_load(Path(schema).read_text(encoding="utf-8"))
+    schema = read_schema(schema)
     validator = jsonschema.validators.validator_for(schema)(schema)
     errors = list(validator.iter_errors(config))
     best = jsonschema.exceptions.best_match(errors)
@@ -223,7 +230,7 @@ def with_schema_defaults(config: dict, schema: str | Path = SCHEMA) -> dict:
     the schema (`schema_error`)."""
     import jsonschema
 
-    schema = yaml.safe_load(Path(schema).read_text(encoding="utf-8"))
+    schema = read_schema(schema)
     base = jsonschema.validators.validator_for(schema)
     check_properties = base.VALIDATORS["properties"]
 

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pods_bench.errors import PodsBenchError
+from pods_bench.errors import PodsBenchError, require
 from pods_bench.plugins import Registry
 from pods_bench.sampling import Groups, RolloutSampler
 
@@ -19,12 +19,6 @@ if TYPE_CHECKING:
 # name -> strategy class; each strategy module registers itself with its settings dataclass, the
 # config section allocation.<name> (`@ALLOCATION_STRATEGIES.register(name, settings=...)`)
 ALLOCATION_STRATEGIES = Registry("strategy", "allocation.strategy")
-
-
-def require(ok: bool, message: str) -> None:
-    """A settings check: `message` (naming its config key) as a one-line error unless `ok`."""
-    if not ok:
-        raise PodsBenchError(message)
 
 
 class AllocationStrategy(ABC):
