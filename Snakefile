@@ -28,10 +28,10 @@ include: "workflows/rules/common.smk"
 
 # The run grid of the experiment (checked by common.smk): one run per (arm, seed), trained on
 # BENCHMARK and evaluated on EVAL_BENCHMARKS. The rule files below make their jobs from it.
-ARMS = list(config["arms"])
-SEEDS = list(config["seeds"])
-BENCHMARK = config["benchmark"]
-EVAL_BENCHMARKS = list(config["eval_benchmarks"])
+ARMS = list(EXPERIMENT.arms)
+SEEDS = list(EXPERIMENT.seeds)
+BENCHMARK = EXPERIMENT.benchmark
+EVAL_BENCHMARKS = list(EXPERIMENT.eval_benchmarks)
 # a run is finished once its evaluations are: eval.done, or train.done where the trainer evaluates inline
 FINISHED_RUNS = [finished_run(arm, seed) for arm in ARMS for seed in SEEDS]
 

@@ -14,7 +14,7 @@ set (the default leaves it open, so that a `TrainConfig()` can be built in code)
 from __future__ import annotations
 
 import copy
-import dataclasses
+import functools
 import types
 import typing
 from dataclasses import asdict, dataclass, field
@@ -29,6 +29,7 @@ from pods_bench.engines.base import SamplingConfig, check_distribution  # sampli
 from pods_bench.errors import PodsBenchError, require
 from pods_bench.layout import ExperimentLayout
 from pods_bench.models import TinyModelConfig
+from pods_bench.plugins import with_sections
 from pods_bench.rewards import RewardConfig
 from pods_bench.typed_config import is_dataclass_type, section_from_dict, unknown_key
 
@@ -84,22 +85,20 @@ class TaskConfig:
 class EngineConfig:
     name: str = "hf"
     max_batch: int = 256  # hf: sequences per generate call (prompts x samples are chunked to this)
-    # engine-specific; vllm: the fields of VLLMEngineConfig (pods_bench/engines/vllm.py), vllm.EngineArgs
-    # fields under llm_kwargs. Kept as given (run.json records what was set, not every default).
+    # typed by the engine's own options dataclass, where it registered one (vllm: VLLMEngineConfig in
+    # pods_bench/engines/vllm.py, vllm.EngineArgs fields under llm_kwargs); an engine without one
+    # ignores them, so a vllm recipe switched to hf (tests, CPU runs) keeps its vllm options. Kept as
+    # given: run.json records what was set, not every default.
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         require(self.max_batch >= 1, "config key engine.max_batch must be >= 1")
-        # Other engines take no options and ignore them: a vllm recipe switched to hf (tests, CPU
-        # runs) keeps its vllm options.
-        if self.name == "vllm":
-            from pods_bench.engines.vllm import VLLMEngineConfig  # does not import vllm itself
-
-            VLLMEngineConfig.from_options(self.options)
 
 
 @dataclass
-class SelectionConfig:
+class SelectionChoice:
+    """Which of each group's rollouts train (pods_bench/selection.py), and their advantages."""
+
     rule: str = "max_variance"  # a key of pods_bench.selection.SELECTION_RULES; "all" with m == n is GRPO
     n: int = 16  # rollouts generated per group (per prompt unless groups_per_prompt > 1)
     m: int = 4  # rollouts trained on per group
@@ -132,32 +131,42 @@ class SelectionConfig:
         )
 
 
-def _allocation_config_class() -> type:
-    """AllocationConfig: `strategy`, and a section allocation.<name> for every registered strategy with
-    settings, typed by the strategy's own dataclass (pods_bench/allocation/, plugins.Registry)."""
-    sections = [(name, cls, field(default_factory=cls)) for name, cls in ALLOCATION_STRATEGIES.settings().items()]
-    cls = dataclasses.make_dataclass(
-        "AllocationConfig",
-        [("strategy", str, field(default="uniform")), *sections],  # a key of ALLOCATION_STRATEGIES
-        namespace={
-            "__doc__": "Which prompts get how many rollouts (pods_bench/allocation/); the selection rule "
-            "then decides which of a group's rollouts train."
-        },
-    )
-    cls.__module__ = __name__  # (make_dataclass takes `module` only from Python 3.12 on)
-    return cls
+@dataclass
+class AllocationChoice:
+    """Which prompts get how many rollouts (pods_bench/allocation/); the selection rule then decides
+    which of a group's rollouts train."""
+
+    strategy: str = "uniform"  # a key of ALLOCATION_STRATEGIES
 
 
-AllocationConfig = _allocation_config_class()
+# --- sections typed by the registries: allocation.<strategy>, selection.<rule> ---------------------
+# AllocationConfig is AllocationChoice plus a section for every registered strategy with settings,
+# typed by the strategy's own dataclass (plugins.with_sections); SelectionConfig likewise for the
+# selection rules. The classes are rebuilt whenever a plugin registers (a test's toy, a user's module
+# imported before the config is read): TrainConfig's annotations and default factories look them up
+# by name. The selection rules' registry lives in selection.py, which loads torch: it is followed
+# from the first config load on (`_follow_the_selection_rules`), not at import.
+
+AllocationConfig = AllocationChoice
+SelectionConfig = SelectionChoice
 
 
-def _follow_the_strategies() -> None:
-    """A strategy registered after this module was imported (a test's toy, a user's module) gets its
-    section too: TrainConfig's annotation and default factory look AllocationConfig up by name."""
-    globals()["AllocationConfig"] = _allocation_config_class()
+def _follow(registry, name: str, base: type) -> None:
+    def rebuild() -> None:
+        globals()[name] = with_sections(name, base, registry, __name__)
+
+    rebuild()
+    registry.on_register(rebuild)
 
 
-ALLOCATION_STRATEGIES.on_register(_follow_the_strategies)
+_follow(ALLOCATION_STRATEGIES, "AllocationConfig", AllocationChoice)
+
+
+@functools.cache
+def _follow_the_selection_rules() -> None:
+    from pods_bench.selection import SELECTION_RULES
+
+    _follow(SELECTION_RULES, "SelectionConfig", SelectionChoice)
 
 
 @dataclass
@@ -299,7 +308,7 @@ class TrainConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(max_new_tokens=1024))
     allocation: AllocationConfig = field(default_factory=lambda: AllocationConfig())
-    selection: SelectionConfig = field(default_factory=SelectionConfig)
+    selection: SelectionConfig = field(default_factory=lambda: SelectionConfig())
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -381,6 +390,7 @@ def _set_nested(data: dict, path: list[str], value) -> None:
 
 def config_from_dict(data: dict, overrides: list[str] = ()) -> TrainConfig:
     """A validated TrainConfig from plain data (a YAML file's content, or run.json's "config")."""
+    _follow_the_selection_rules()
     data = copy.deepcopy(dict(data or {}))  # overrides must not reach into the caller's dicts
     for item in overrides:
         path, value = _parse_override(item)
@@ -418,7 +428,7 @@ def validate(cfg: TrainConfig) -> None:
     (Each section has checked its own fields when it was built.)"""
     import torch
 
-    from pods_bench.engines import ENGINES
+    from pods_bench.engines import load_engines
     from pods_bench.selection import SELECTION_RULES, select
     from pods_bench.tasks import get_task
     from pods_bench.tasks.prompts import PROMPT_STYLES
@@ -429,7 +439,7 @@ def validate(cfg: TrainConfig) -> None:
         f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}",
     )
     try:  # the rule's own constraints (e.g. "all" needs m == n)
-        select(s.rule, torch.zeros(1, s.n), s.m)
+        select(s.rule, torch.zeros(1, s.n), s.m, settings=getattr(s, s.rule, None))
     except PodsBenchError as e:
         raise PodsBenchError(f"config key selection.m: {e}") from None
     if s.scope == "batch":
@@ -439,10 +449,7 @@ def validate(cfg: TrainConfig) -> None:
             "and advantage_over all",
         )
     check_allocation(cfg)
-    require(
-        cfg.engine.name in ENGINES,
-        f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(ENGINES)}",
-    )
+    check_engine(cfg, load_engines())
     for key, name in [("task.name", cfg.task.name)] + [
         (f"eval.benchmarks[{i}]", b) for i, b in enumerate(cfg.eval.benchmarks)
     ]:
@@ -469,6 +476,18 @@ def validate(cfg: TrainConfig) -> None:
         b.max_train_time_s is not None or b.max_steps is not None,
         "config key budget: set max_train_time_s or max_steps",
     )
+
+
+def check_engine(cfg: TrainConfig, engines) -> None:
+    """The engine exists, and its options (engine.options) are those its options dataclass declares."""
+    require(  # sorted: the order the engines' modules happened to be imported in says nothing
+        cfg.engine.name in engines,
+        f"config key engine.name: unknown engine {cfg.engine.name!r}; choose from {', '.join(sorted(engines))}",
+    )
+    options = engines.settings().get(cfg.engine.name)
+    if options is not None:  # an options class may bring its own reader, with hints for its keys
+        read = getattr(options, "from_options", lambda data, key: section_from_dict(options, data, key))
+        read(cfg.engine.options, "engine.options")
 
 
 def check_fsdp(cfg: TrainConfig) -> None:

@@ -1,6 +1,11 @@
-"""An experiment config (config/<experiment>.yaml), read and checked: the schema's one-line
-messages and defaults, the hardware setup, and the trainer config of each run. What each job asks
-the scheduler for and runs is the workflow's adapter, pods_bench/workflow_jobs.py.
+"""An experiment config (config/<experiment>.yaml), read and checked: the typed `Experiment` (its
+defaults in code), the schema's one-line messages, the hardware setup, and the trainer config of
+each run. What each job asks the scheduler for and runs is the workflow's adapter,
+pods_bench/workflow_jobs.py.
+
+The JSON schema (workflows/schemas/config.schema.yaml) stays the place Snakemake checks a config
+against, and where every key is documented; `Experiment` has the same keys and defaults, which
+tests/test_experiment.py keeps in step (`test_the_experiment_dataclass_follows_the_schema`).
 
 The workflow (workflows/rules/*.smk) and the tests (tests/test_fidelity.py, tests/test_experiment.py)
 both build runs this way, so what the paper configs claim is what the training jobs get:
@@ -18,7 +23,9 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
 
@@ -27,6 +34,7 @@ from pods_bench.config import config_from_dict, flatten
 from pods_bench.errors import PodsBenchError
 from pods_bench.layout import ExperimentLayout
 from pods_bench.tasks import get_task
+from pods_bench.typed_config import section_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflows" / "schemas" / "config.schema.yaml"
@@ -44,6 +52,76 @@ WORKFLOW_KEYS = {
     "selection.n": "arms.<arm>.n",
     "selection.m": "arms.<arm>.m",
 }
+
+
+# --- the experiment: what config/<experiment>.yaml holds (the schema documents every key) ----------
+
+
+@dataclass
+class Arm:
+    """One compared training variant (an arm name becomes a folder name)."""
+
+    rule: str  # selection rule (trainer key selection.rule); "all" with n == m is vanilla GRPO
+    n: int  # rollouts generated per prompt
+    m: int  # rollouts trained on per prompt
+    set: dict[str, Any] = field(default_factory=dict)  # other trainer settings as dotted keys (--set key=value)
+
+
+@dataclass
+class WarmStart:
+    """Build the starting model with `pods-bench pretrain` (the smoke model) instead of loading one."""
+
+    enabled: bool = False
+    name: str = "arith-tiny"  # folder under results/warm_start/ (shared by experiments with the same settings)
+    steps: int | None = None
+    seconds: float | None = None
+    seed: int = 0
+
+
+@dataclass
+class AnalysisChoices:
+    """What the speed-up table compares; None: the analysis chooses."""
+
+    baseline: str | None = None  # the arm the others are compared with
+    benchmark: str | None = None
+    metric: Literal["answer_acc", "format_acc", "both_acc"] | None = None
+    q: float | None = None  # the threshold is q x the baseline's peak accuracy
+    bootstrap: int | None = None  # bootstrap resamples of the confidence intervals (aggregate only)
+
+
+@dataclass
+class Experiment:
+    """An experiment: arms x seeds x training benchmark x evaluation benchmarks x hardware setup."""
+
+    experiment: str  # results go to results/<experiment>/, figures to figures/<experiment>/
+    hardware: str  # a setup of config/hardware.yaml
+    seeds: list[int]  # one training run per (arm, seed)
+    benchmark: str  # the training task (trainer key task.name)
+    eval_benchmarks: list[str]  # every checkpoint is evaluated on these (trainer key eval.benchmarks)
+    arms: dict[str, Arm]
+    description: str = ""
+    source: str = ""  # where the settings come from (paper section, file and line of the official code)
+    train_base: str | None = None  # a trainer config file holding the settings every arm shares
+    train: dict[str, Any] = field(default_factory=dict)  # trainer settings merged over train_base
+    warm_start: WarmStart = field(default_factory=WarmStart)
+    analysis: AnalysisChoices = field(default_factory=AnalysisChoices)
+    pair_seeds: bool = True  # a seed's training jobs wait for every run of the seed before it
+    resources: dict[str, Any] = field(default_factory=dict)  # per-job resources replacing the setup's
+    paper_logs: str = "../shared/data/pods-paper-logs"  # published logs ($PODS_BENCH_PAPER_LOGS wins)
+
+    @classmethod
+    def from_config(cls, config: dict) -> Experiment:
+        """The typed experiment of plain `config` (a YAML file's content, or Snakemake's `config`,
+        which has passed the schema: schema_error gives the messages for a config that has not)."""
+        return section_from_dict(cls, config)
+
+    def to_dict(self) -> dict:
+        """Plain data with every default filled in, as Snakemake's `validate` fills them."""
+        return asdict(self)
+
+    @property
+    def layout(self) -> ExperimentLayout:
+        return ExperimentLayout(self.experiment)
 
 
 # --- checking an experiment config (each mistake one line naming the key) ---------------------------
@@ -113,10 +191,10 @@ def hardware_setup(name: str, hardware_file: str | Path = HARDWARE_FILE) -> dict
     return setups[name]
 
 
-def check_benchmarks(config: dict) -> None:
+def check_benchmarks(experiment: Experiment) -> None:
     """The training and evaluation benchmarks are tasks pods-bench knows."""
-    for key, name in [("benchmark", config["benchmark"])] + [
-        (f"eval_benchmarks[{i}]", b) for i, b in enumerate(config["eval_benchmarks"])
+    for key, name in [("benchmark", experiment.benchmark)] + [
+        (f"eval_benchmarks[{i}]", b) for i, b in enumerate(experiment.eval_benchmarks)
     ]:
         try:
             get_task(name)
@@ -144,39 +222,34 @@ def reject_workflow_keys(keys, where: str) -> None:
             raise PodsBenchError(f"config key {where}{key} is set by the workflow: use {owner} instead")
 
 
-def warm_start_dir(config: dict) -> str:
-    return layout.warm_start_dir(config["warm_start"]["name"])
+def warm_start_dir(experiment: Experiment) -> str:
+    return layout.warm_start_dir(experiment.warm_start.name)
 
 
-def runs_dir(config: dict) -> str:
-    return ExperimentLayout(config["experiment"]).runs
-
-
-def _train_base(config: dict, root: Path) -> dict:
-    if not config["train_base"]:
+def _train_base(experiment: Experiment, root: Path) -> dict:
+    path = experiment.train_base
+    if not path:
         return {}
     try:
-        base = yaml.safe_load((root / config["train_base"]).read_text(encoding="utf-8"))
+        base = yaml.safe_load((root / path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
-        raise PodsBenchError(
-            f"config key train_base: cannot read {config['train_base']} ({str(e).splitlines()[0]})"
-        ) from None
+        raise PodsBenchError(f"config key train_base: cannot read {path} ({str(e).splitlines()[0]})") from None
     if not isinstance(base, dict):
-        raise PodsBenchError(f"config key train_base: {config['train_base']} must hold a mapping of trainer settings")
-    reject_workflow_keys(flatten(base), f"{config['train_base']}: ")
+        raise PodsBenchError(f"config key train_base: {path} must hold a mapping of trainer settings")
+    reject_workflow_keys(flatten(base), f"{path}: ")
     return base
 
 
-def shared_train_settings(config: dict, hardware: dict, root: Path = ROOT) -> dict:
+def shared_train_settings(experiment: Experiment, hardware: dict, root: Path = ROOT) -> dict:
     """The trainer config every arm starts from (results/<experiment>/configs/train.yaml)."""
-    reject_workflow_keys(flatten(config["train"]), "train.")
-    settings = json.loads(json.dumps(merge(_train_base(config, root), config["train"])))  # plain data, a deep copy
-    settings["experiment"] = config["experiment"]
+    reject_workflow_keys(flatten(experiment.train), "train.")
+    settings = json.loads(json.dumps(merge(_train_base(experiment, root), experiment.train)))  # plain data, a copy
+    settings["experiment"] = experiment.experiment
     settings["device"] = hardware["device"]
-    settings.setdefault("task", {})["name"] = config["benchmark"]
-    settings.setdefault("eval", {})["benchmarks"] = list(config["eval_benchmarks"])
-    if config["warm_start"]["enabled"]:
-        settings.setdefault("model", {})["name"] = warm_start_dir(config)
+    settings.setdefault("task", {})["name"] = experiment.benchmark
+    settings.setdefault("eval", {})["benchmarks"] = list(experiment.eval_benchmarks)
+    if experiment.warm_start.enabled:
+        settings.setdefault("model", {})["name"] = warm_start_dir(experiment)
     return settings
 
 
@@ -185,34 +258,30 @@ def _set_value(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def arm_overrides(config: dict, arm: str) -> list[str]:
+def arm_overrides(experiment: Experiment, arm: str) -> list[str]:
     """The `--set` items that make the shared settings into arm `arm`."""
-    spec = config["arms"][arm]
-    reject_workflow_keys(spec["set"], f"arms.{arm}.set.")
-    items = [f"arm={arm}", f"selection.rule={spec['rule']}", f"selection.n={spec['n']}", f"selection.m={spec['m']}"]
-    return items + [f"{key}={_set_value(value)}" for key, value in spec["set"].items()]
+    spec = experiment.arms[arm]
+    reject_workflow_keys(spec.set, f"arms.{arm}.set.")
+    items = [f"arm={arm}", f"selection.rule={spec.rule}", f"selection.n={spec.n}", f"selection.m={spec.m}"]
+    return items + [f"{key}={_set_value(value)}" for key, value in spec.set.items()]
 
 
-def run_dir(config: dict, arm: str, seed) -> str:
-    return ExperimentLayout(config["experiment"]).run(arm, seed)
+def run_overrides(experiment: Experiment, arm: str, seed) -> list[str]:
+    return arm_overrides(experiment, arm) + [f"seed={seed}", f"output_dir={experiment.layout.run(arm, seed)}"]
 
 
-def run_overrides(config: dict, arm: str, seed) -> list[str]:
-    return arm_overrides(config, arm) + [f"seed={seed}", f"output_dir={run_dir(config, arm, seed)}"]
-
-
-def resolve_runs(config: dict, hardware: dict, root: Path = ROOT) -> tuple[dict, dict]:
+def resolve_runs(experiment: Experiment, hardware: dict, root: Path = ROOT) -> tuple[dict, dict]:
     """(the shared trainer settings, arm -> the trainer config of its first seed, defaults filled in),
     each checked by the trainer's own config loader, so that a trainer-level mistake stops the
     workflow before any job starts."""
-    settings = shared_train_settings(config, hardware, root)
+    settings = shared_train_settings(experiment, hardware, root)
     try:
         config_from_dict(settings)
     except PodsBenchError as e:
         raise PodsBenchError(f"train: {e}") from None
     resolved = {}
-    for arm in config["arms"]:
-        overrides = run_overrides(config, arm, config["seeds"][0])  # its own line names arms.<arm>.set.<key>
+    for arm in experiment.arms:
+        overrides = run_overrides(experiment, arm, experiment.seeds[0])  # its own line names arms.<arm>.set.<key>
         try:
             resolved[arm] = config_from_dict(settings, overrides)
         except PodsBenchError as e:
@@ -220,41 +289,18 @@ def resolve_runs(config: dict, hardware: dict, root: Path = ROOT) -> tuple[dict,
     return settings, resolved
 
 
-# --- reading an experiment config without Snakemake -----------------------------------------------------------------------------
+# --- reading an experiment config without Snakemake ---------------------------------------------------
 
 
-def with_schema_defaults(config: dict, schema: str | Path = SCHEMA) -> dict:
-    """`config` with the JSON schema's `default`s filled in where a key is missing, at every level
-    (arms' `set` included), as Snakemake's `validate` fills them: jsonschema's documented way of
-    extending a validator, so that reading an experiment needs no Snakemake. The config must follow
-    the schema (`schema_error`)."""
-    import jsonschema
-
-    schema = read_schema(schema)
-    base = jsonschema.validators.validator_for(schema)
-    check_properties = base.VALIDATORS["properties"]
-
-    def fill_defaults(validator, properties, instance, subschema):
-        if isinstance(instance, dict):
-            for key, sub in properties.items():
-                if "default" in sub:
-                    instance.setdefault(key, json.loads(json.dumps(sub["default"])))  # a copy
-        yield from check_properties(validator, properties, instance, subschema)
-
-    filled = json.loads(json.dumps(config))
-    jsonschema.validators.extend(base, {"properties": fill_defaults})(schema).validate(filled)
-    return filled
-
-
-def load_experiment(path: str | Path) -> tuple[dict, dict]:
-    """(experiment config with the schema's defaults filled in, its hardware setup), outside
-    Snakemake; a config against the schema is a one-line error naming the key."""
+def load_experiment(path: str | Path) -> tuple[Experiment, dict]:
+    """(the experiment, its hardware setup), outside Snakemake; a config against the schema is a
+    one-line error naming the key."""
     config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     mistake = schema_error(config)
     if mistake:
         raise PodsBenchError(f"{path}: {mistake}")
-    config = with_schema_defaults(config)
-    return config, hardware_setup(config["hardware"])
+    experiment = Experiment.from_config(config)
+    return experiment, hardware_setup(experiment.hardware)
 
 
 def resolve_arms(path: str | Path) -> dict:

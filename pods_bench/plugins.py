@@ -7,12 +7,17 @@ with the dataclass of its config section, and the config is typed from the regis
     class Greso(AllocationStrategy): ...
 
 A registry is a read-only mapping name -> plugin. Listeners (`on_register`) hear of every change,
-so a config section built from the registry can follow a plugin registered later (from a test file,
-or a user's module imported before the config is read).
+so a config section built from the registry (`with_sections`) can follow a plugin registered later
+(from a test file, or a user's module imported before the config is read).
+
+The registries: allocation strategies (pods_bench/allocation/base.py, sections allocation.<name>),
+selection rules (pods_bench/selection.py, sections selection.<name>) and rollout engines
+(pods_bench/engines/base.py, typing engine.options of the chosen engine).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -72,3 +77,13 @@ class Registry(Mapping):
 
     def __len__(self) -> int:
         return len(self._plugins)
+
+
+def with_sections(name: str, base: type, registry: Registry, module: str) -> type:
+    """Dataclass `name`: `base` plus a field per plugin of `registry` that has settings, named after
+    the plugin and typed by its settings dataclass (default: the dataclass's defaults). It keeps
+    `base`'s docstring and checks (`__post_init__`); `module` is where it is published."""
+    sections = [(plugin, cls, dataclasses.field(default_factory=cls)) for plugin, cls in registry.settings().items()]
+    cls = dataclasses.make_dataclass(name, sections, bases=(base,), namespace={"__doc__": base.__doc__})
+    cls.__module__ = module  # (make_dataclass takes `module` only from Python 3.12 on)
+    return cls

@@ -1,8 +1,10 @@
 """Down-sampling rules: which m of the n rollouts of each prompt to train on.
 
 Every rule maps rewards (P prompts, n rollouts) to indices (P, m) into dim 1, vectorised over all
-prompts at once. `select(rule, rewards, m)` validates the input and dispatches through the
-`SELECTION_RULES` registry; `group_advantages` normalises the kept rewards as GRPO does.
+prompts at once, and registers itself in `SELECTION_RULES` (plugins.Registry); a rule with settings
+of its own registers their dataclass too, and receives them as `settings` (config section
+selection.<rule>). `select(rule, rewards, m)` validates the input and dispatches;
+`group_advantages` normalises the kept rewards as GRPO does.
 
   max_variance       PODS: the m rewards with the largest sample variance (exact, O(n log m) per prompt)
   max_reward         the m highest rewards
@@ -32,12 +34,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.plugins import Registry
 
 if TYPE_CHECKING:
     from pods_bench.config import SelectionConfig
 
-# rule(rewards (P, n) float, m, generator) -> indices (P, m) int64
-SelectionRule = Callable[[Tensor, int, "torch.Generator | None"], Tensor]
+# rule(rewards (P, n) float, m, generator) -> indices (P, m) int64; a rule registered with settings
+# is called with its settings as a fourth argument, `settings`
+SelectionRule = Callable[..., Tensor]
+SELECTION_RULES = Registry("selection rule", "selection.rule")
 
 # Split scores closer than this (relative to m^2 * range^2, their natural scale) count as equal.
 # float64 prefix-sum error is ~1e-13 of that scale even for m = 1024; float32 input spacing
@@ -62,6 +67,7 @@ def _order_keys(rewards: Tensor) -> Tensor:
     return keys
 
 
+@SELECTION_RULES.register("max_variance")
 def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
     """PODS max-variance down-sampling, exact.
 
@@ -96,11 +102,13 @@ def max_variance(rewards: Tensor, m: int, generator: torch.Generator | None = No
     return torch.where(slot < j, low_idx, high_idx)
 
 
+@SELECTION_RULES.register("max_reward")
 def max_reward(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
     """The m highest rewards (descending); equal rewards go to the lower rollout index."""
     return torch.sort(rewards, dim=1, descending=True, stable=True).indices[:, :m]
 
 
+@SELECTION_RULES.register("random")
 def random_subset(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
     """m distinct rollouts uniformly at random: the first m of a random permutation per row.
     Reproducible given a seeded `generator`; without one, torch's global RNG is used."""
@@ -110,6 +118,7 @@ def random_subset(rewards: Tensor, m: int, generator: torch.Generator | None = N
     return keys.argsort(dim=1)[:, :m].to(rewards.device)
 
 
+@SELECTION_RULES.register("all")
 def all_rollouts(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
     """Vanilla GRPO: every rollout, in order. m must equal n."""
     P, n = rewards.shape
@@ -118,20 +127,12 @@ def all_rollouts(rewards: Tensor, m: int, generator: torch.Generator | None = No
     return torch.arange(n, device=rewards.device).repeat(P, 1)
 
 
+@SELECTION_RULES.register("max_abs_advantage")
 def max_abs_advantage(rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
     """The m rewards with the largest |r - mean of all n| (CPPO); equal distances by rollout index."""
     r = rewards.double()  # float64 so that rewards symmetric about the mean tie exactly more often
     distance = (r - r.mean(1, keepdim=True)).abs()  # |A_i| up to the common 1/std factor
     return torch.sort(distance, dim=1, descending=True, stable=True).indices[:, :m]
-
-
-SELECTION_RULES: dict[str, SelectionRule] = {
-    "max_variance": max_variance,
-    "max_reward": max_reward,
-    "random": random_subset,
-    "all": all_rollouts,
-    "max_abs_advantage": max_abs_advantage,
-}
 
 
 def _check_rewards(rewards: Tensor, what: str = "rewards") -> Tensor:
@@ -149,8 +150,11 @@ def _check_rewards(rewards: Tensor, what: str = "rewards") -> Tensor:
     return rewards
 
 
-def select(rule: str, rewards: Tensor, m: int, generator: torch.Generator | None = None) -> Tensor:
-    """Indices (P, m) of the rollouts to train on, chosen by `rule` from rewards (P, n).
+def select(
+    rule: str, rewards: Tensor, m: int, generator: torch.Generator | None = None, settings: object | None = None
+) -> Tensor:
+    """Indices (P, m) of the rollouts to train on, chosen by `rule` from rewards (P, n); a rule with
+    settings gets `settings` (None: its settings dataclass's defaults).
 
     Requires 1 <= m <= n; so variance rules with m >= 2 always see n >= 2 (with m = 1 any single
     rollout has variance 0 and is a valid answer).
@@ -161,7 +165,10 @@ def select(rule: str, rewards: Tensor, m: int, generator: torch.Generator | None
     n = rewards.shape[1]
     if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= n:
         raise PodsBenchError(f"m (rollouts kept per prompt) must be an integer in 1..n={n}, got {m!r}")
-    return SELECTION_RULES[rule](rewards, m, generator)
+    settings_class = SELECTION_RULES.settings().get(rule)
+    if settings_class is None:
+        return SELECTION_RULES[rule](rewards, m, generator)
+    return SELECTION_RULES[rule](rewards, m, generator, settings if settings is not None else settings_class())
 
 
 def nonuniform_groups(rewards: Tensor) -> Tensor:
@@ -231,7 +238,7 @@ def choose(rewards: Tensor, s: SelectionConfig, generator: torch.Generator | Non
         rows, cols = flat // kept.shape[1], flat % kept.shape[1]
         advantages = over_all[rows, cols]
     else:
-        chosen = select(s.rule, kept, m, generator)  # (kept groups, m)
+        chosen = select(s.rule, kept, m, generator, getattr(s, s.rule, None))  # (kept groups, m)
         rows, cols = torch.arange(len(groups)).repeat_interleave(m), chosen.flatten()
         advantages = (
             over_all[rows, cols]

@@ -59,6 +59,8 @@ def _coerce(tp, value, key: str):
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise PodsBenchError(f"config key {key} must be a mapping, got {value!r}")
+        if len(args) == 2 and is_dataclass_type(args[1]):  # named sections, e.g. an experiment's arms
+            return {name: section_from_dict(args[1], v, f"{key}.{name}") for name, v in value.items()}
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):

@@ -10,31 +10,34 @@ import math
 import os
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import ROOT
-from pods_bench.layout import ExperimentLayout
+
+if TYPE_CHECKING:
+    from pods_bench.experiment import AnalysisChoices, Experiment
 
 # How every job runs the package (the workflow puts its own Python first on the jobs' PATH).
 PODS_BENCH = "python -m pods_bench"
 
 
-def previous_seed_runs(config: dict, seed) -> list[tuple[str, int]]:
+def previous_seed_runs(experiment: Experiment, seed) -> list[tuple[str, int]]:
     """(arm, seed) of every run a training job of `seed` waits for under `pair_seeds`: all arms of the
     seed before it in `seeds`. Seed by seed, the arms of one seed are then the only training jobs
     that run together (the train rule's priority keeps evaluations out while one is ready), so
     clock comparisons see every arm of a seed under the same machine conditions."""
-    seeds = [int(s) for s in config["seeds"]]
+    seeds = experiment.seeds
     at = seeds.index(int(seed))
-    if not config.get("pair_seeds", True) or at == 0:
+    if not experiment.pair_seeds or at == 0:
         return []
-    return [(arm, seeds[at - 1]) for arm in config["arms"]]
+    return [(arm, seeds[at - 1]) for arm in experiment.arms]
 
 
-def finished_run(config: dict, arm: str, seed, arm_config) -> str:
+def finished_run(experiment: Experiment, arm: str, seed, arm_config) -> str:
     """The marker of run (arm, seed) once its evaluations are complete: the training job's where the
     trainer evaluates inline (`eval.inline`), else the evaluation job's."""
-    where = ExperimentLayout(config["experiment"])
+    where = experiment.layout
     return where.train_done(arm, seed) if arm_config.eval.inline else where.eval_done(arm, seed)
 
 
@@ -80,15 +83,15 @@ def set_flags(items) -> str:
     return " ".join(f"--set {shlex.quote(item)}" for item in items)
 
 
-def analysis_options(analysis: dict, command: str) -> str:
+def analysis_options(analysis: AnalysisChoices, command: str) -> str:
     """The `analysis` settings the config gives, as options of `pods-bench aggregate` or `plot`
     (the analysis chooses the others)."""
     keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap"] if command == "aggregate" else [])
-    given = {key: analysis[key] for key in keys if analysis[key] is not None}
+    given = {key: getattr(analysis, key) for key in keys if getattr(analysis, key) is not None}
     return " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in given.items())
 
 
-def paper_logs_dir(config: dict, root: Path = ROOT) -> str:
+def paper_logs_dir(experiment: Experiment, root: Path = ROOT) -> str:
     """The published-logs folder: $PODS_BENCH_PAPER_LOGS, else `paper_logs` relative to the project root."""
-    path = os.environ.get("PODS_BENCH_PAPER_LOGS") or config["paper_logs"]
+    path = os.environ.get("PODS_BENCH_PAPER_LOGS") or experiment.paper_logs
     return str((Path(root) / path).resolve())

@@ -17,12 +17,12 @@ from pods_bench.errors import PodsBenchError
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT
 
 
-def loaded(name: str, hardware: str | None = None) -> tuple[dict, dict, dict]:
-    """(config, hardware setup, arm -> resolved trainer config) of config/<name>.yaml, optionally on
-    another setup of config/hardware.yaml."""
+def loaded(name: str, hardware: str | None = None) -> tuple[experiment.Experiment, dict, dict]:
+    """(experiment, hardware setup, arm -> resolved trainer config) of config/<name>.yaml, optionally
+    on another setup of config/hardware.yaml."""
     config, setup = experiment.load_experiment(CONFIG_DIR / f"{name}.yaml")
     if hardware:
-        config["hardware"], setup = hardware, experiment.hardware_setup(hardware)
+        config.hardware, setup = hardware, experiment.hardware_setup(hardware)
     return config, setup, experiment.resolve_runs(config, setup)[1]
 
 
@@ -36,16 +36,16 @@ def raw(name: str) -> dict:
 
 def test_resources_of_a_gpu_setup():
     config, setup, arms = loaded("h100x8")
-    train = jobs.job_resources("train", setup, config["resources"], arms["pods_n128_m32"])
+    train = jobs.job_resources("train", setup, config.resources, arms["pods_n128_m32"])
     # 30 minutes of budget x 1.5 + 60 minutes of start-up, on the setup's 8 H100s
     assert train == {"mem_mb": 512000, "runtime": 105, "cpus_per_task": 64, "gpu": 8, "gpu_model": "h100"}
-    evaluate = jobs.job_resources("evaluate", setup, config["resources"])
+    evaluate = jobs.job_resources("evaluate", setup, config.resources)
     assert evaluate == {"mem_mb": 64000, "runtime": 120, "cpus_per_task": 8, "gpu": 1, "gpu_model": "h100"}
 
 
 def test_resources_of_the_cpu_setup_name_no_gpu_model():
     config, setup, arms = loaded("smoke")
-    train = jobs.job_resources("train", setup, config["resources"], arms["grpo_n16_m16"])
+    train = jobs.job_resources("train", setup, config.resources, arms["grpo_n16_m16"])
     # 60 s of budget x 3.0 + 10 minutes, rounded up to whole minutes
     assert train == {"mem_mb": 3000, "runtime": 13, "cpus_per_task": 1, "gpu": 0}
 
@@ -55,7 +55,7 @@ def test_runtime_follows_the_budget_times_the_factor_plus_the_overhead():
     arm = arms["pods_n64_m16"]
     assert arm.budget.max_train_time_s == 21600
     # L40S: 360 minutes x 1.25 + 60
-    assert jobs.job_resources("train", setup, config["resources"], arm)["runtime"] == 510
+    assert jobs.job_resources("train", setup, config.resources, arm)["runtime"] == 510
 
 
 def test_the_config_resources_replace_the_setup():
@@ -71,7 +71,7 @@ def test_a_budget_without_time_needs_a_runtime():
     arm = copy.deepcopy(arms["grpo_n16_m16"])
     arm.budget.max_train_time_s = None
     with pytest.raises(PodsBenchError) as e:
-        jobs.job_resources("train", setup, config["resources"], arm)
+        jobs.job_resources("train", setup, config.resources, arm)
     assert str(e.value) == "config key resources.train.runtime_min is needed: the budget has no max_train_time_s"
 
 
@@ -126,17 +126,17 @@ def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
 
 def test_a_seed_waits_for_every_arm_of_the_seed_before_it():
     config, _, _ = loaded("smoke")  # seeds [0, 1, 2, 3, 4], pair_seeds by default
-    assert config["pair_seeds"] is True
+    assert config.pair_seeds is True
     assert jobs.previous_seed_runs(config, 0) == []
     assert jobs.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m4", 2)]
-    config["seeds"] = [7, 2]  # the order of `seeds`, not their values
+    config.seeds = [7, 2]  # the order of `seeds`, not their values
     assert jobs.previous_seed_runs(config, 2) == [("grpo_n16_m16", 7), ("pods_n16_m4", 7)]
-    config["pair_seeds"] = False
+    config.pair_seeds = False
     assert jobs.previous_seed_runs(config, 2) == []
 
 
 def test_analysis_options():
-    analysis = {"baseline": "grpo", "benchmark": "gsm8k", "metric": "answer_acc", "q": None, "bootstrap": 1000}
+    analysis = experiment.AnalysisChoices(baseline="grpo", benchmark="gsm8k", metric="answer_acc", bootstrap=1000)
     assert jobs.analysis_options(analysis, "aggregate") == (
         "--baseline grpo --benchmark gsm8k --metric answer_acc --bootstrap 1000"
     )
@@ -145,9 +145,10 @@ def test_analysis_options():
 
 def test_the_published_logs_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("PODS_BENCH_PAPER_LOGS", raising=False)
-    assert jobs.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "logs")
+    config = experiment.Experiment.from_config({**raw("smoke"), "paper_logs": "logs"})
+    assert jobs.paper_logs_dir(config, root=tmp_path) == str(tmp_path / "logs")
     monkeypatch.setenv("PODS_BENCH_PAPER_LOGS", str(tmp_path / "elsewhere"))
-    assert jobs.paper_logs_dir({"paper_logs": "logs"}, root=tmp_path) == str(tmp_path / "elsewhere")
+    assert jobs.paper_logs_dir(config, root=tmp_path) == str(tmp_path / "elsewhere")
 
 
 # --- one-line errors -------------------------------------------------------------------------------
@@ -159,10 +160,26 @@ def test_the_paper_configs_follow_the_schema():
             assert experiment.schema_error(raw(path.stem)) is None, path.name
 
 
-def test_the_schema_defaults_are_filled_as_snakemake_fills_them():
-    """with_schema_defaults (no Snakemake) against Snakemake's own `validate`, on every experiment
-    config, with an arm that leaves `set` out and a config that leaves out whole sections."""
+def test_the_experiment_dataclass_follows_the_schema():
+    """Experiment's keys, required keys and defaults (in code) are the schema's (where Snakemake
+    checks a config and every key is documented): the same keys at every level, and Experiment's
+    defaults equal to those Snakemake's `validate` fills in, on every experiment config, with an arm
+    that leaves `set` out and a config that leaves out whole sections."""
+    import dataclasses
+
     from snakemake.utils import validate
+
+    def keys_match(cls, schema, where):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(fields) == set(schema["properties"]), where
+        required = {name for name, f in fields.items() if f.default is f.default_factory is dataclasses.MISSING}
+        assert required == set(schema.get("required", [])), where
+
+    schema = experiment.read_schema(experiment.SCHEMA)
+    keys_match(experiment.Experiment, schema, "experiment")
+    keys_match(experiment.Arm, schema["properties"]["arms"]["additionalProperties"], "arms.<arm>")
+    keys_match(experiment.WarmStart, schema["properties"]["warm_start"], "warm_start")
+    keys_match(experiment.AnalysisChoices, schema["properties"]["analysis"], "analysis")
 
     configs = [raw(p.stem) for p in sorted(CONFIG_DIR.glob("*.yaml")) if p.stem not in ("hardware", "models")]
     bare = {
@@ -173,11 +190,10 @@ def test_the_schema_defaults_are_filled_as_snakemake_fills_them():
     for config in [*configs, bare]:
         by_snakemake = copy.deepcopy(config)
         validate(by_snakemake, str(experiment.SCHEMA))
-        filled = experiment.with_schema_defaults(config)
-        assert filled == by_snakemake, config["experiment"]
-        assert filled is not config
-    assert experiment.with_schema_defaults(bare)["arms"]["pods_n16_m4"]["set"] == {}  # a nested default
-    assert experiment.with_schema_defaults(bare)["pair_seeds"] is True and "pair_seeds" not in bare
+        assert experiment.Experiment.from_config(config).to_dict() == by_snakemake, config["experiment"]
+    typed = experiment.Experiment.from_config(bare)
+    assert typed.arms["pods_n16_m4"].set == {} and typed.pair_seeds is True  # defaults at two levels
+    assert "pair_seeds" not in bare
 
 
 def test_plan_reads_an_experiment_without_snakemake(tmp_path):
@@ -228,7 +244,7 @@ def test_unknown_hardware_and_benchmarks():
         "config key hardware: unknown setup 'tpu-pod'; choose from cpu, cpu_ddp, l40s, h200, h100x8, a100x8 (config/hardware.yaml)"
     )
     config, _, _ = loaded("smoke")
-    config["eval_benchmarks"] = ["arith", "gsm9k"]
+    config.eval_benchmarks = ["arith", "gsm9k"]
     with pytest.raises(PodsBenchError) as e:
         experiment.check_benchmarks(config)
     assert str(e.value).startswith("config key eval_benchmarks[1]: unknown task 'gsm9k'")
@@ -237,17 +253,17 @@ def test_unknown_hardware_and_benchmarks():
 def test_trainer_mistakes_name_train_or_the_arm():
     config, setup, _ = loaded("smoke")
     bad = copy.deepcopy(config)
-    bad["train"]["optim"]["lrr"] = 1.0
+    bad.train["optim"]["lrr"] = 1.0
     with pytest.raises(PodsBenchError, match=r"^train: unknown config key optim.lrr \(did you mean optim.lr\?\)$"):
         experiment.resolve_runs(bad, setup)
     bad = copy.deepcopy(config)
-    bad["arms"]["pods_n16_m4"]["m"] = 32
+    bad.arms["pods_n16_m4"].m = 32
     with pytest.raises(
         PodsBenchError, match=r"^arms.pods_n16_m4: config key selection.m \(32\) must be <= selection.n \(16\)$"
     ):
         experiment.resolve_runs(bad, setup)
     bad = copy.deepcopy(config)
-    bad["arms"]["pods_n16_m4"]["set"] = {"seed": 3}
+    bad.arms["pods_n16_m4"].set = {"seed": 3}
     with pytest.raises(
         PodsBenchError, match=r"^config key arms.pods_n16_m4.set.seed is set by the workflow: use seeds instead$"
     ):
@@ -255,7 +271,7 @@ def test_trainer_mistakes_name_train_or_the_arm():
 
 
 def test_one_address_book_for_the_experiment_layout():
-    """The run folder the workflow's jobs write (experiment.run_dir, the train rule's marker) and the
+    """The run folder the workflow's jobs write (the experiment's layout, the train rule's marker) and the
     trainer's default output_dir are the same path, spelled once (pods_bench/layout.py)."""
     from pods_bench.config import config_from_dict
     from pods_bench.layout import ExperimentLayout
@@ -263,9 +279,7 @@ def test_one_address_book_for_the_experiment_layout():
     config, _, arms = loaded("smoke")
     where = ExperimentLayout("smoke")
     assert (
-        experiment.run_dir(config, "pods_n16_m4", 3)
-        == where.run("pods_n16_m4", 3)
-        == ("results/smoke/runs/pods_n16_m4/seed3")
+        config.layout.run("pods_n16_m4", 3) == where.run("pods_n16_m4", 3) == ("results/smoke/runs/pods_n16_m4/seed3")
     )
     default = config_from_dict({"experiment": "smoke", "arm": "pods_n16_m4", "seed": 3, "budget": {"max_steps": 1}})
     assert default.output_dir == where.run("pods_n16_m4", 3)

@@ -1088,7 +1088,7 @@ def resolved_arms(experiment: str) -> dict:
 
 @cache
 def experiment_config(experiment: str) -> dict:
-    return load_experiment(CONFIG_DIR / f"{experiment}.yaml")[0]
+    return load_experiment(CONFIG_DIR / f"{experiment}.yaml")[0].to_dict()
 
 
 def value_of(experiment: str, arm: str, key: str):

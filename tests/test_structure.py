@@ -5,7 +5,8 @@ inside a function only where the laziness is the point:
   - pods_bench/cli.py: `pods-bench --help` and bad-argument errors answer without loading torch;
   - pods_bench/config.py: `validate` reaches the registries (selection rules, engines, tasks,
     allocation strategies), whose modules load torch and the tasks; the config itself stays light;
-  - pods_bench/engines/__init__.py: an engine's module loads when a run asks for that engine.
+  - pods_bench/engines/__init__.py: the engines' modules (torch) load when a config is checked or an
+    engine starts, not when the config imports engines.base.
 
 Ruff's import-outside-toplevel rule (PLC0415) cannot be the check: it flags third-party imports
 too, and the lazy imports of torch, transformers or vLLM in light modules are deliberate."""

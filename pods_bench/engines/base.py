@@ -4,6 +4,12 @@ The trainer hands over rendered prompts and gets back n sampled completions per 
 ids (plus text and, where the engine has them, sampling log-probs); after every update it pushes
 the new weights with `sync_weights`. Which engine it talks to (HF generate, vLLM) is a config
 choice made in `pods_bench.engines.make_engine`.
+
+An engine's module registers a factory `(cfg: TrainConfig, model, tokenizer) -> RolloutEngine` in
+`ENGINES`, with the dataclass of its options (config key engine.options) if it has any:
+
+    @ENGINES.register("vllm", settings=VLLMEngineConfig)
+    def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine: ...
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.plugins import Registry
+
+ENGINES = Registry("engine", "engine.name")
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,16 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
+from pods_bench.engines.base import ENGINES, RolloutEngine, Rollouts, SamplingConfig
+
+# transformers is imported where it is used: loading the engines' registry (every config check)
+# then costs no transformers import. TemperatureWithLogprobs is therefore not a subclass of
+# transformers' LogitsProcessor, an abstract base with no behaviour: LogitsProcessorList only calls
+# each processor as processor(input_ids, scores).
 
 
-class TemperatureWithLogprobs(LogitsProcessor):
+class TemperatureWithLogprobs:
     """Divides the logits by the sampling temperature and records the log-probability of each
     sampled token under softmax(logits / T): the policy the trainer optimises.
 
@@ -134,6 +138,8 @@ class HFEngine(RolloutEngine):
         return Rollouts(prompt_ids, group(completions), group(texts), group(logprobs), meta=meta)
 
     def _generate_batch(self, rows: list[list[int]], sampling: SamplingConfig):
+        from transformers import GenerationConfig, LogitsProcessorList
+
         batch = self.tokenizer.pad({"input_ids": rows}, padding=True, padding_side="left", return_tensors="pt")
         batch = {k: v.to(self.device) for k, v in batch.items()}
         greedy = sampling.temperature == 0
@@ -172,3 +178,10 @@ class HFEngine(RolloutEngine):
         """Nothing to copy when the engine samples from the trainer's model object itself."""
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
+
+
+@ENGINES.register("hf")
+def start_hf_engine(cfg, model, tokenizer) -> HFEngine:
+    """transformers `generate` on the trainer's own model (engine.max_batch rows a call)."""
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.model.mixed_precision)
+    return HFEngine(model, tokenizer, max_batch=cfg.engine.max_batch, autocast_dtype=autocast)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from pods_bench.engines.base import RolloutEngine, Rollouts, SamplingConfig
+from pods_bench.engines.base import ENGINES, RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.typed_config import section_from_dict
 
@@ -262,3 +262,25 @@ class VLLMEngine(RolloutEngine):
         self.llm = None
         torch.set_num_threads = self._set_num_threads
         gc.collect()
+
+
+@ENGINES.register("vllm", settings=VLLMEngineConfig)
+def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine:
+    """A colocated vLLM engine sampling from `model` (options: engine.options, VLLMEngineConfig)."""
+    model_path = cfg.model.name
+    if model_path == "tiny":
+        # vLLM reads the architecture and tokenizer from a folder: write the tiny model to one.
+        from safetensors.torch import save_file
+
+        model_path = tempfile.mkdtemp(prefix="pods-bench-tiny-model-")
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        # written by hand, not with save_pretrained, which writes only on rank 0 of a distributed run
+        # while every process starts its own engine; FSDP's class name is not the architecture's
+        weights = {name: t.detach().contiguous().clone() for name, t in export_weights(model)}  # LoRA merged in
+        save_file(weights, f"{model_path}/model.safetensors", metadata={"format": "pt"})
+        base.config.architectures = [type(base).__name__.removeprefix("FSDP")]
+        base.config.save_pretrained(model_path)
+        tokenizer.save_pretrained(model_path)
+    engine = VLLMEngine(model_path, tokenizer, options=cfg.engine.options, seed=cfg.seed)
+    engine.sync_weights(model)  # the folder holds the initial weights, the policy may not (LoRA, resume)
+    return engine

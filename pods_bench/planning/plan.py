@@ -124,11 +124,11 @@ def load_step_model(path: str | Path) -> StepTimeModel:
 def plan(config_path: str | Path, hardware_name: str | None = None, step_model_path: str | Path | None = None):
     """(rows, hardware name): every arm of the experiment config, planned on `hardware_name`
     (default: the config's own setup). Arms are resolved exactly as the workflow's jobs get them."""
-    config, own = load_experiment(config_path)
-    name = hardware_name or config["hardware"]
+    experiment, own = load_experiment(config_path)
+    name = hardware_name or experiment.hardware
     hardware = hardware_setup(name) if hardware_name else own
     step_model = load_step_model(step_model_path) if step_model_path else None
-    _, resolved = resolve_runs(config, own)  # the arms as the config's own setup runs them
+    _, resolved = resolve_runs(experiment, own)  # the arms as the config's own setup runs them
     return [plan_arm(arm, cfg, hardware, name, step_model) for arm, cfg in resolved.items()], name
 
 

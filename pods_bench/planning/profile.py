@@ -32,17 +32,17 @@ from pods_bench.train import train
 def arm_configs(config_path, out: Path, check_model: bool = True) -> dict:
     """Arm -> (trainer settings, its overrides, what it sets beyond n, m and the rule) for profiling
     runs in out/runs/<arm>."""
-    config, hardware = load_experiment(config_path)
+    experiment, hardware = load_experiment(config_path)
     if hardware["processes"] > 1:
         raise PodsBenchError("pods-bench profile times one process; choose a one-process hardware setup")
-    settings = shared_train_settings(config, hardware)
+    settings = shared_train_settings(experiment, hardware)
     model = Path(settings.get("model", {}).get("name", ""))
-    if check_model and config["warm_start"]["enabled"] and not (model / "config.json").is_file():
+    if check_model and experiment.warm_start.enabled and not (model / "config.json").is_file():
         raise PodsBenchError(
             f"the warm-started model {model} does not exist yet: run `pods-bench pretrain --out {model}`"
         )
     fixed = [
-        f"seed={config['seeds'][0]}",
+        f"seed={experiment.seeds[0]}",
         "budget.max_train_time_s=null",
         f"budget.checkpoint_every_s={1e12}",
         "eval.inline=false",
@@ -50,10 +50,10 @@ def arm_configs(config_path, out: Path, check_model: bool = True) -> dict:
     return {
         arm: (
             settings,
-            [*arm_overrides(config, arm), f"output_dir={out / 'runs' / arm}", *fixed],
-            ", ".join(f"{key}={value}" for key, value in config["arms"][arm]["set"].items()),
+            [*arm_overrides(experiment, arm), f"output_dir={out / 'runs' / arm}", *fixed],
+            ", ".join(f"{key}={value}" for key, value in spec.set.items()),
         )
-        for arm in config["arms"]
+        for arm, spec in experiment.arms.items()
     }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.speedup import compare_arms
 from pods_bench.errors import PodsBenchError
-from pods_bench.experiment import hardware_setup, load_experiment, resolve_arms
+from pods_bench.experiment import hardware_setup, load_experiment, resolve_runs
 from pods_bench.io import atomic_write_with
 from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.plan import check_processes, load_step_model
@@ -44,16 +44,17 @@ def project(
     """Rows per (experiment, arm): measured and projected time to T, speedup and its interval."""
     hardware = hardware_setup(hardware_name)
 
-    resolved = resolve_arms(config_path)
-    analysis = load_experiment(config_path)[0]["analysis"]  # the baseline, benchmark and metric it names
+    experiment, own = load_experiment(config_path)
+    resolved = resolve_runs(experiment, own)[1]  # the arms as the config's own setup runs them
+    analysis = experiment.analysis  # the baseline, benchmark and metric it names
     step_model = load_step_model(step_model_path) if step_model_path else None
     experiments, _ = load_experiments(results, kind, only=only, progress=False)
     rows = []
     for exp in experiments:
         baseline, benchmark, metric = exp.resolve(
-            analysis.get("baseline") if analysis.get("baseline") in exp.arm_names else None,
-            analysis.get("benchmark") if exp.source != "paper" else None,
-            analysis.get("metric") if exp.source != "paper" else None,
+            analysis.baseline if analysis.baseline in exp.arm_names else None,
+            analysis.benchmark if exp.source != "paper" else None,
+            analysis.metric if exp.source != "paper" else None,
         )
         table = compare_arms(exp, baseline, benchmark, metric, q=q, n_bootstrap=999, progress=False)
         ratios = {}

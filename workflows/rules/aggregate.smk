@@ -40,7 +40,7 @@ rule aggregate:
             labels={"table": "rollouts and tokens to the threshold"},
         ),
     params:
-        options=jobs.analysis_options(config["analysis"], "aggregate"),
+        options=jobs.analysis_options(EXPERIMENT.analysis, "aggregate"),
     log:
         f"{LOG_DIR}/aggregate.log",
     conda:
@@ -62,7 +62,7 @@ rule plot:
             labels={"figure": "{name}"},
         ),
     params:
-        options=jobs.analysis_options(config["analysis"], "plot"),
+        options=jobs.analysis_options(EXPERIMENT.analysis, "plot"),
     log:
         f"{LOG_DIR}/plot.log",
     conda:
@@ -74,7 +74,7 @@ rule plot:
 
 rule paper_figures:
     input:
-        jobs.paper_logs_dir(config, ROOT),
+        jobs.paper_logs_dir(EXPERIMENT, ROOT),
     output:
         # one folder per published setting: results/paper/<setting>/summary/, figures/paper/<setting>/
         tables=directory("results/paper"),

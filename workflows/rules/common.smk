@@ -1,7 +1,7 @@
 # The experiment config, checked before any job starts, and what the rules need from it. How the
 # config becomes runs is pods_bench/experiment.py, and runs become jobs pods_bench/workflow_jobs.py
-# (both unit-tested in tests/test_experiment.py); this file only reads `config`, calls them, and
-# turns their one-line errors into the workflow's.
+# (both unit-tested in tests/test_experiment.py); this file only reads `config` into the typed
+# `EXPERIMENT`, calls them, and turns their one-line errors into the workflow's.
 #
 # Order of the checks, each failing with one line that names the key:
 #   1. the JSON schema (workflows/schemas/config.schema.yaml): types, unknown keys, seeds as integers;
@@ -23,7 +23,6 @@ from pods_bench import experiment as experiment_settings
 from pods_bench import workflow_jobs as jobs
 from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
-from pods_bench.layout import ExperimentLayout
 from pods_bench.planning.plan import check_fits
 
 ROOT = Path(workflow.basedir)
@@ -59,22 +58,22 @@ def checked(function, *args):
 _schema_error = experiment_settings.schema_error(config, workflow.config_settings.config, SCHEMA)
 if _schema_error:
     config_error(_schema_error)
-validate(config, str(SCHEMA))  # fills in the defaults
+validate(config, str(SCHEMA))  # fills in the defaults (Experiment's own, tests/test_experiment.py)
 
-EXPERIMENT = config["experiment"]
-LAYOUT = ExperimentLayout(EXPERIMENT)  # every path of the experiment (pods_bench/layout.py)
+EXPERIMENT = checked(experiment_settings.Experiment.from_config, config)  # the typed experiment
+LAYOUT = EXPERIMENT.layout  # every path of the experiment (pods_bench/layout.py)
 EXP_DIR, RUNS_DIR, SUMMARY_DIR = LAYOUT.root, LAYOUT.runs, LAYOUT.summary
 FIGURES_DIR, LOG_DIR = LAYOUT.figures, LAYOUT.logs
 
-HARDWARE = checked(experiment_settings.hardware_setup, config["hardware"], HARDWARE_FILE)
-checked(experiment_settings.check_benchmarks, config)
+HARDWARE = checked(experiment_settings.hardware_setup, EXPERIMENT.hardware, HARDWARE_FILE)
+checked(experiment_settings.check_benchmarks, EXPERIMENT)
 # the settings shared by every arm, and arm -> the trainer config of its first seed with defaults
 # filled in (for resources and the manifest)
-TRAIN_SETTINGS, RESOLVED = checked(experiment_settings.resolve_runs, config, HARDWARE, ROOT)
-for _warning in checked(check_fits, RESOLVED, HARDWARE, config["hardware"]):
+TRAIN_SETTINGS, RESOLVED = checked(experiment_settings.resolve_runs, EXPERIMENT, HARDWARE, ROOT)
+for _warning in checked(check_fits, RESOLVED, HARDWARE, EXPERIMENT.hardware):
     print(f"pods-bench workflow: warning: {_warning}", file=sys.stderr)
-WARM_START = config["warm_start"]
-WARM_START_DIR = experiment_settings.warm_start_dir(config)
+WARM_START = EXPERIMENT.warm_start
+WARM_START_DIR = experiment_settings.warm_start_dir(EXPERIMENT)
 
 
 def check_cluster_submission() -> None:
@@ -94,19 +93,19 @@ def check_cluster_submission() -> None:
 
 
 def run_dir(arm, seed) -> str:
-    return experiment_settings.run_dir(config, arm, seed)
+    return LAYOUT.run(arm, seed)
 
 
 def run_overrides(arm, seed) -> list[str]:
-    return checked(experiment_settings.run_overrides, config, arm, seed)
+    return checked(experiment_settings.run_overrides, EXPERIMENT, arm, seed)
 
 
 def finished_run(arm, seed) -> str:
-    return jobs.finished_run(config, arm, seed, RESOLVED[arm])
+    return jobs.finished_run(EXPERIMENT, arm, seed, RESOLVED[arm])
 
 
 def job_resources(rule: str, arm: str | None = None) -> dict:
-    return checked(jobs.job_resources, rule, HARDWARE, config["resources"], RESOLVED.get(arm))
+    return checked(jobs.job_resources, rule, HARDWARE, EXPERIMENT.resources, RESOLVED.get(arm))
 
 
 def train_launcher(arm: str) -> str:
@@ -114,5 +113,5 @@ def train_launcher(arm: str) -> str:
 
 
 wildcard_constraints:
-    arm="|".join(re.escape(arm) for arm in config["arms"]),
+    arm="|".join(re.escape(arm) for arm in EXPERIMENT.arms),
     seed=r"\d+",

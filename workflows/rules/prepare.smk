@@ -22,12 +22,12 @@ rule warm_start:
         directory(WARM_START_DIR),
     params:
         options=" ".join(
-            f"--{key} {WARM_START[key]}" for key in ("steps", "seconds", "seed") if WARM_START[key] is not None
+            f"--{key} {getattr(WARM_START, key)}" for key in ("steps", "seconds", "seed") if getattr(WARM_START, key) is not None
         ),
     log:
-        f"results/warm_start/logs/{WARM_START['name']}.log",
+        f"results/warm_start/logs/{WARM_START.name}.log",
     benchmark:
-        f"results/warm_start/benchmarks/{WARM_START['name']}.tsv"
+        f"results/warm_start/benchmarks/{WARM_START.name}.tsv"
     threads: 8  # every later job waits for it; a local run gives it at most --cores
     resources:
         mem_mb=4000,
@@ -42,7 +42,7 @@ rule warm_start:
 def hub_model() -> str | None:
     """The hub model to download, or None (tiny, warm-started or a local folder)."""
     name = TRAIN_SETTINGS.get("model", {}).get("name", "tiny")
-    if WARM_START["enabled"] or name == "tiny" or Path(name).exists():
+    if WARM_START.enabled or name == "tiny" or Path(name).exists():
         return None
     return name
 
@@ -73,6 +73,6 @@ rule prepare:
 
 def starting_model() -> dict:
     """Input of every training job: the warm-started model, or the prepared downloads."""
-    if WARM_START["enabled"]:
+    if WARM_START.enabled:
         return {"model": WARM_START_DIR}
     return {"prepared": LAYOUT.prepare_done}

@@ -13,9 +13,9 @@ rule manifest:
             labels={"file": "run manifest"},
         ),
     params:
-        experiment_config=dict(config),
+        experiment_config=EXPERIMENT.to_dict(),
         config_files=CONFIG_FILES,
-        hardware={"name": config["hardware"], **HARDWARE},
+        hardware={"name": EXPERIMENT.hardware, **HARDWARE},
         runs=[run_dir(arm, seed) for arm in ARMS for seed in SEEDS],
     log:
         f"{LOG_DIR}/manifest.log",

@@ -17,7 +17,7 @@ rule train:
         # ancient: an order, not a dependency (a re-evaluated earlier seed does not retrain this one)
         previous_seed=lambda wildcards: [
             ancient(finished_run(arm, seed))
-            for arm, seed in jobs.previous_seed_runs(config, wildcards.seed)
+            for arm, seed in jobs.previous_seed_runs(EXPERIMENT, wildcards.seed)
         ],
     output:
         touch(LAYOUT.train_done("{arm}", "{seed}")),
