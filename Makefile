@@ -73,6 +73,7 @@ bench-peer-deps: venv
 smoke: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --report results/smoke/report.html
+	@echo; cat results/smoke/summary/verdict.md; echo
 	@echo "Tables: results/smoke/summary/   Figures: figures/smoke/   HTML report: results/smoke/report.html"
 
 # The step-time model's CPU validation, docs/cost-model.md (a): 12 timed steps of each arm of

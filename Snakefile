@@ -43,7 +43,9 @@ include: "workflows/rules/aggregate.smk"
 include: "workflows/rules/report.smk"
 
 
-report: "workflows/report/workflow.rst"
+# The report's front page: the verdict over the description once the workflow has written it
+# (rule front_page), the description alone before.
+report: os.path.abspath(FRONT_PAGE) if os.path.exists(FRONT_PAGE) else "workflows/report/workflow.rst"
 
 
 rule all:
@@ -52,6 +54,7 @@ rule all:
         rules.aggregate.output,  # then the experiment's tables, figures and manifest
         rules.plot.output,
         rules.manifest.output,
+        FRONT_PAGE,  # the verdict on the HTML report's front page
     default_target: True
     localrule: True
 
@@ -66,9 +69,12 @@ onsuccess:
         print("pods-bench: published logs analysed: tables in results/paper/<setting>/summary/, "
               "figures in figures/paper/<setting>/")
     if not targets or "all" in targets:
+        verdict = Path(SUMMARY_DIR) / "verdict.md"  # the headline, a sentence per arm
+        headline = [line.strip() for line in verdict.read_text().split("\n\n")] if verdict.exists() else []
         print(
-            f"pods-bench: experiment {EXPERIMENT} is complete.\n"
-            f"  tables:  {SUMMARY_DIR}/ (speedups.md, speedups.csv, curves.csv, step_times.csv)\n"
+            f"pods-bench: experiment {EXPERIMENT.experiment} is complete.\n"
+            + "".join(f"  {line}\n" for line in headline if line)
+            + f"  tables:  {SUMMARY_DIR}/ (speedups.md, verdict.md, speedups.csv, curves.csv, step_times.csv)\n"
             f"  figures: {FIGURES_DIR}/\n"
             f"  runs:    {RUNS_DIR}/<arm>/seed<k>/   logs: {LOG_DIR}/\n"
             f"  HTML report: snakemake --configfile {' '.join(CONFIG_FILES)} --report {EXP_DIR}/report.html"
@@ -76,4 +82,4 @@ onsuccess:
 
 
 onerror:
-    print(f"pods-bench: experiment {EXPERIMENT} stopped; the failed job's log is named above (logs under {LOG_DIR}/).")
+    print(f"pods-bench: experiment {EXPERIMENT.experiment} stopped; the failed job's log is named above (logs under {LOG_DIR}/).")

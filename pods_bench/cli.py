@@ -198,6 +198,25 @@ def _plan(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand("calibrate", "time a few steps of the baseline arm here: the budget of N of its steps, in seconds")
+def _calibrate(p: argparse.ArgumentParser):
+    p.add_argument(
+        "--config", required=True, help="the shared trainer settings (results/<experiment>/configs/train.yaml)"
+    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="the baseline arm's overrides")
+    p.add_argument("--steps", type=int, required=True, help="the budget, in the baseline's steps")
+    p.add_argument("--checkpoints", type=int, default=12, help="checkpoints over the budget (default 12)")
+    p.add_argument("--timed-steps", type=int, default=3, help="steps timed after an untimed first one (default 3)")
+    p.add_argument("--out", required=True, help="folder for calibration.json, train.yaml and the timed run")
+
+    def handler(args):
+        from pods_bench.calibration import cli
+
+        return cli(args)
+
+    p.set_defaults(_handler=handler)
+
+
 @subcommand("profile", "a few interleaved steps of every arm on this machine, fitted into a step-time model")
 def _profile(p: argparse.ArgumentParser):
     p.add_argument("config", help="an experiment config (config/<experiment>.yaml)")

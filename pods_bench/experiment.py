@@ -31,7 +31,7 @@ import yaml
 
 from pods_bench import layout
 from pods_bench.config import config_from_dict, flatten
-from pods_bench.errors import PodsBenchError
+from pods_bench.errors import PodsBenchError, require
 from pods_bench.layout import ExperimentLayout
 from pods_bench.tasks import get_task
 from pods_bench.typed_config import section_from_dict
@@ -90,6 +90,15 @@ class AnalysisChoices:
 
 
 @dataclass
+class BaselineStepsBudget:
+    """The budget as `steps` of the baseline arm, timed on this machine (pods_bench/calibration.py)."""
+
+    steps: int
+    checkpoints: int = 12  # a checkpoint every budget / checkpoints seconds
+    timed_steps: int = 3  # timed after an untimed first step
+
+
+@dataclass
 class Experiment:
     """An experiment: arms x seeds x training benchmark x evaluation benchmarks x hardware setup."""
 
@@ -105,9 +114,19 @@ class Experiment:
     train: dict[str, Any] = field(default_factory=dict)  # trainer settings merged over train_base
     warm_start: WarmStart = field(default_factory=WarmStart)
     analysis: AnalysisChoices = field(default_factory=AnalysisChoices)
+    budget_in_baseline_steps: BaselineStepsBudget | None = None  # None: train.budget's seconds
     pair_seeds: bool = True  # a seed's training jobs wait for every run of the seed before it
     resources: dict[str, Any] = field(default_factory=dict)  # per-job resources replacing the setup's
     paper_logs: str = "../shared/data/pods-paper-logs"  # published logs ($PODS_BENCH_PAPER_LOGS wins)
+
+    def __post_init__(self):
+        if self.budget_in_baseline_steps is not None:
+            baseline = self.analysis.baseline
+            require(
+                baseline in self.arms,
+                f"config key budget_in_baseline_steps counts the steps of analysis.baseline: set it to one of the arms "
+                f"({', '.join(self.arms)}), got {baseline!r}",
+            )
 
     @classmethod
     def from_config(cls, config: dict) -> Experiment:
@@ -138,6 +157,15 @@ def schema_error_line(error, command_line_keys=()) -> str:
     """jsonschema's error as one line naming the offending key. `command_line_keys`: the top-level
     keys given with `--config` (Snakemake's `workflow.config_settings.config`)."""
     key = _key(error.absolute_path)
+    if error.validator == "anyOf" and error.context:  # a section that may also be null
+        inner = [e for e in error.context if e.validator != "type"]
+        if isinstance(error.instance, dict) and inner:  # the mistake inside the mapping
+            import jsonschema
+
+            return schema_error_line(jsonschema.exceptions.best_match(inner), command_line_keys)
+        kinds = {"null": "null", "object": "a mapping"}
+        allowed = " or ".join(kinds.get(branch.get("type"), str(branch.get("type"))) for branch in error.validator_value)
+        return f"config key {key} must be {allowed}, got {error.instance!r}"
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
@@ -177,6 +205,7 @@ def schema_error(config: dict, command_line_keys=(), schema: str | Path = SCHEMA
     # of the same mistake at several places (seeds[0], seeds[1], ...), name the first
     parent = list(best.absolute_path)[:-1]
     same = [e for e in errors if e.validator == best.validator and list(e.absolute_path)[:-1] == parent]
+    same = same or [best]  # best_match chose an error inside an anyOf branch
     first = min(same, key=lambda e: [(isinstance(p, str), p) for p in e.absolute_path])
     return schema_error_line(first, command_line_keys)
 

@@ -25,6 +25,8 @@ FIGURES = "figures"
 RUNS = "runs"  # the folder of an experiment that holds its runs (the analysis looks for it)
 SEED_PREFIX = "seed"  # runs/<arm>/seed<k>
 TRAIN_DONE, EVAL_DONE, PREPARE_DONE = "train.done", "eval.done", "prepare.done"
+CALIBRATION = "calibration"  # <experiment>/calibration/: pods-bench calibrate's folder
+CALIBRATION_JSON, CALIBRATED_CONFIG = "calibration.json", "train.yaml"  # in it
 
 
 def warm_start_dir(name: str) -> str:
@@ -61,6 +63,19 @@ class ExperimentLayout:
     @property
     def train_config(self) -> str:
         return f"{self.root}/configs/train.yaml"
+
+    @property
+    def calibration(self) -> str:
+        """`pods-bench calibrate`'s folder: calibration.json, the calibrated train.yaml, the timed run."""
+        return f"{self.root}/{CALIBRATION}"
+
+    @property
+    def calibration_json(self) -> str:
+        return f"{self.calibration}/{CALIBRATION_JSON}"
+
+    @property
+    def calibrated_train_config(self) -> str:
+        return f"{self.calibration}/{CALIBRATED_CONFIG}"
 
     @property
     def summary(self) -> str:

@@ -68,7 +68,9 @@ def hardware(world_size: int = 1) -> dict:
     if gpus:  # one GPU per process
         label = f"{world_size}\u00d7{gpus[0]}" if world_size > 1 else gpus[0]
     else:
-        label = f"{_cpu_model()} ({threads} threads" + (f" x {world_size} processes)" if world_size > 1 else ")")
+        label = f"{_cpu_model()} ({threads} thread{'s' * (threads != 1)}" + (
+            f" x {world_size} processes)" if world_size > 1 else ")"
+        )
     return {
         "label": label,  # short name for figure axes
         "platform": platform.platform(),

@@ -486,8 +486,18 @@ CASES = [
         "experiment config: unknown key",
         workflow_config(top(epochs=3)),
         DRY_RUN,
-        WORKFLOW + "unknown config key epochs (allowed here: analysis, arms, benchmark, description, eval_benchmarks, "
-        "experiment, hardware, pair_seeds, paper_logs, resources, seeds, source, train, train_base, warm_start)",
+        WORKFLOW
+        + "unknown config key epochs (allowed here: analysis, arms, benchmark, budget_in_baseline_steps, description, "
+        "eval_benchmarks, experiment, hardware, pair_seeds, paper_logs, resources, seeds, source, train, train_base, "
+        "warm_start)",
+        NO_RESULTS,
+    ),
+    Case(
+        "experiment config: a budget in baseline steps without a baseline arm",
+        workflow_config(top(analysis={"baseline": "grpo"})),
+        DRY_RUN,
+        WORKFLOW + "config key budget_in_baseline_steps counts the steps of analysis.baseline: set it to one of the "
+        "arms (grpo_n16_m16, pods_n16_m4), got 'grpo'",
         NO_RESULTS,
     ),
     Case(

@@ -46,8 +46,8 @@ def test_resources_of_a_gpu_setup():
 def test_resources_of_the_cpu_setup_name_no_gpu_model():
     config, setup, arms = loaded("smoke")
     train = jobs.job_resources("train", setup, config.resources, arms["grpo_n16_m16"])
-    # 60 s of budget x 3.0 + 10 minutes, rounded up to whole minutes
-    assert train == {"mem_mb": 3000, "runtime": 13, "cpus_per_task": 1, "gpu": 0}
+    # the budget's cap, 900 s, x 3.0 + 10 minutes
+    assert train == {"mem_mb": 3000, "runtime": 55, "cpus_per_task": 1, "gpu": 0}
 
 
 def test_runtime_follows_the_budget_times_the_factor_plus_the_overhead():
@@ -180,6 +180,9 @@ def test_the_experiment_dataclass_follows_the_schema():
     keys_match(experiment.Arm, schema["properties"]["arms"]["additionalProperties"], "arms.<arm>")
     keys_match(experiment.WarmStart, schema["properties"]["warm_start"], "warm_start")
     keys_match(experiment.AnalysisChoices, schema["properties"]["analysis"], "analysis")
+    keys_match(
+        experiment.BaselineStepsBudget, schema["properties"]["budget_in_baseline_steps"]["anyOf"][1], "budget_in_…"
+    )
 
     configs = [raw(p.stem) for p in sorted(CONFIG_DIR.glob("*.yaml")) if p.stem not in ("hardware", "models")]
     bare = {
@@ -225,6 +228,14 @@ def test_schema_error_lines_name_the_key():
     config = raw("smoke")
     config["arms"]["pods_n16_m4"]["n"] = 1
     assert experiment.schema_error(config) == "config key arms.pods_n16_m4.n: 1 is less than the minimum of 2"
+    # a section that may also be null: the mistake inside it, or what it may be
+    config["arms"]["pods_n16_m4"]["n"] = 16
+    config["budget_in_baseline_steps"] = {"step": 3}
+    assert experiment.schema_error(config) == (
+        "unknown config key budget_in_baseline_steps.step (allowed here: checkpoints, steps, timed_steps)"
+    )
+    config["budget_in_baseline_steps"] = 60
+    assert experiment.schema_error(config) == "config key budget_in_baseline_steps must be null or a mapping, got 60"
 
 
 def test_strings_from_the_command_line_get_a_hint():

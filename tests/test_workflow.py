@@ -40,11 +40,17 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
-def per_experiment(train_runs: int, separate_eval: bool = True, warm_start: bool = False) -> dict[str, int]:
-    """Jobs of one experiment: shared config + model preparation, one training (and evaluation) job per
-    run, then aggregate, plot, manifest and the `all` target."""
+def per_experiment(
+    train_runs: int, separate_eval: bool = True, warm_start: bool = False, calibrated: bool = False
+) -> dict[str, int]:
+    """Jobs of one experiment: shared config + model preparation (+ the calibration of a budget in
+    baseline steps), one training (and evaluation) job per run, then aggregate, plot, manifest, the
+    report's front page and the `all` target."""
     counts = {"train_config": 1, "train": train_runs, "aggregate": 1, "plot": 1, "manifest": 1, "all": 1}
+    counts["front_page"] = 1
     counts["warm_start" if warm_start else "prepare"] = 1
+    if calibrated:
+        counts["calibrate"] = 1
     if separate_eval:
         counts["evaluate"] = train_runs
     counts["total"] = sum(counts.values())
@@ -53,7 +59,7 @@ def per_experiment(train_runs: int, separate_eval: bool = True, warm_start: bool
 
 # arms x seeds of each config, as the paper ran them (docs/workflow.md)
 EXPECTED_JOBS = {
-    "smoke": per_experiment(2 * 5, warm_start=True),
+    "smoke": per_experiment(2 * 5, warm_start=True, calibrated=True),
     "gsm8k_main": per_experiment(2 * 10),
     "math_main": per_experiment(2 * 10),
     "llama_gsm8k": per_experiment(2 * 10),

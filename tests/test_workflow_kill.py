@@ -37,6 +37,7 @@ from tests.tiny_runs import without_timings
 pytestmark = pytest.mark.slow
 
 SHORT_STEPS_SMOKE = {
+    "budget_in_baseline_steps": None,  # a budget in steps, no calibration
     "seeds": [0, 1],
     "pair_seeds": False,  # the kills, not the seed order, are under test here: all four runs may start
     "warm_start": {"name": "arith-tiny-test", "steps": 60},

@@ -44,7 +44,8 @@ TINY_MODEL = {
 SHORT_SMOKE = {
     "seeds": [0, 1],
     "warm_start": {"name": "arith-tiny-test", "steps": 60},
-    "train": {"budget": {"max_train_time_s": 6, "checkpoint_every_s": 3}, "eval": {"n_problems": 20}},
+    "budget_in_baseline_steps": {"steps": 3, "checkpoints": 2, "timed_steps": 1},
+    "train": {"eval": {"n_problems": 20}},
 }
 
 
@@ -129,12 +130,27 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     speedups = pd.read_csv(exp / "summary" / "speedups.csv")
     assert set(speedups["arm"]) == {"grpo_n16_m16", "pods_n16_m4"}
     assert speedups.set_index("arm").loc["pods_n16_m4", "paired_seeds"]  # so the analysis pairs them
+    # the budget: 3 of the baseline's steps timed here before the runs, the same seconds for every arm
+    calibration = json.loads((exp / "calibration" / "calibration.json").read_text())
+    assert (calibration["arm"], calibration["steps"], len(calibration["step_times_s"])) == ("grpo_n16_m16", 3, 1)
+    for run in runs:
+        budget = json.loads((exp / "runs" / run / "run.json").read_text())["config"]["budget"]
+        assert budget["max_train_time_s"] == pytest.approx(calibration["budget_s"])
+        assert budget["checkpoint_every_s"] == pytest.approx(calibration["budget_s"] / 2)
+    manifest = yaml.safe_load((exp / "summary" / "manifest.yaml").read_text())
+    assert manifest["calibration"] == calibration
+    assert "3 steps of grpo_n16_m16 at" in (exp / "summary" / "speedups.md").read_text()  # the table's caption
+    # the verdict: printed at the end, and on the report's front page
+    verdict = (exp / "summary" / "verdict.md").read_text().split("\n\n")[0].strip()
+    assert verdict.startswith("pods_n16_m4 ") and "of grpo_n16_m16's gain" in verdict
+    assert verdict in out.stdout
     figures = sorted(p.name for p in (tmp_path / "figures" / "smoke").glob("*.png"))
     assert figures
 
     report = snakemake(tmp_path, *configs, "--report", "results/smoke/report.html")
     assert report.returncode == 0, report.stderr[-4000:]
     html = (exp / "report.html").read_text()
+    assert "of grpo_n16_m16" in html and "s gain" in html  # the verdict (HTML-escaped) on the front page
     for item in [*figures, "speedups.md", "curves.csv", "step_times.csv", "manifest.yaml"]:
         assert item in html, item
 

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 PROFILE = str(PROJECT_ROOT / "profiles" / "slurm")
 MAX_STEPS = 4
 SHORT_STEPS_SMOKE = {
+    "budget_in_baseline_steps": None,  # a budget in steps, no calibration
     "seeds": [0],
     "warm_start": {"name": "arith-tiny-slurm-test", "steps": 2},  # the model's skill is not under test
     "train": {

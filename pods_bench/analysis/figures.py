@@ -90,12 +90,35 @@ def _draw_curves(ax, curves: pd.DataFrame, arms: list[str], colors: dict, scale:
 
 
 def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str | None = None):
+    """Accuracy vs training time (left), a zoom on the threshold where the curves span far more
+    than the band around it (middle, its region boxed on the left), seconds per step (right)."""
     exp, unit, s = summary.experiment, summary.time_unit, summary.speedups.set_index("arm")
     curves = _curves(summary, summary.metric)
-    legend_rows = -(-(len(arms) + 1) // 2)  # the legend sits below: make room for it
-    fig, (ax, ax_bars) = plt.subplots(
-        1, 2, figsize=(11, 3.9 + 0.22 * legend_rows), width_ratios=[2.2, 1], layout="constrained"
+    shown = curves[curves["arm"].isin(arms)]
+    after = shown[shown["time_s"] > 0]
+    # y range: when the base model sits far below the trained checkpoints (further than their own
+    # spread), show the checkpoints after the start and note where the start is
+    # (a single seed has no band: NaN limits are skipped)
+    low, high = after[["mean", "ci_low"]].min().min() * 100, after[["mean", "ci_high"]].max().max() * 100
+    start = shown[shown["time_s"] == 0]["mean"].min() * 100
+    clip_start = start < low - (high - low)
+    if not clip_start:
+        low = min(low, shown[["mean", "ci_low"]].min().min() * 100)
+    pad = 0.06 * (high - low)
+    threshold = s.loc[summary.baseline, "threshold"] * 100
+    window = (threshold - 3.0, after["mean"].max() * 100 + 1.0)
+    zoomed = high - low > 5 * (window[1] - window[0])  # the crossings would be a few pixels apart
+
+    legend_rows = -(-(len(arms) + 2) // 2)  # the legend sits below: make room for it
+    widths = [2.2, 1.1, 1] if zoomed else [2.2, 1]
+    fig, axes = plt.subplots(
+        1,
+        len(widths),
+        figsize=(11 + 3.8 * zoomed, 3.9 + 0.22 * legend_rows),
+        width_ratios=widths,
+        layout="constrained",
     )
+    ax, ax_bars = axes[0], axes[-1]
 
     labels = {}
     for arm in arms:
@@ -107,18 +130,6 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
             else f"{arm}: {reached}, {format_speedup(r, with_ci=False)}"
         )
     _draw_curves(ax, curves, arms, colors, 100, unit, labels)
-
-    # y range: when the base model sits far below the trained checkpoints (further than their own
-    # spread), show the checkpoints after the start and note where the start is
-    shown = curves[curves["arm"].isin(arms)]
-    after = shown[shown["time_s"] > 0]
-    # (a single seed has no band: NaN limits are skipped)
-    low, high = after[["mean", "ci_low"]].min().min() * 100, after[["mean", "ci_high"]].max().max() * 100
-    start = shown[shown["time_s"] == 0]["mean"].min() * 100
-    clip_start = start < low - (high - low)
-    if not clip_start:
-        low = min(low, shown[["mean", "ci_low"]].min().min() * 100)
-    pad = 0.06 * (high - low)
     ax.set_ylim(low - pad, high + pad)
     if clip_start:
         ax.annotate(
@@ -129,8 +140,6 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
             fontsize=9,
             color="0.35",
         )
-
-    threshold = s.loc[summary.baseline, "threshold"] * 100
     crossings = {arm: s.loc[arm, "t_arm_s"] / UNIT_SECONDS[unit] for arm in arms}
     _mark_threshold(
         ax,
@@ -141,21 +150,25 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
         label=f"T = {summary.options.q:g} × {summary.baseline} peak = {threshold:.2f} %; ◆ first checkpoint ≥ T",
     )
     ax.set_xlim(left=0)
+    seeds = int(shown["n_seeds"].max())
+    if seeds > 1:  # name the band (one seed has none)
+        ax.fill_between(
+            [], [], [], color="0.55", alpha=0.3, lw=0, label=f"band: 95 % t-interval of the mean over {seeds} seeds"
+        )
 
-    # when the whole run spans far more than the band around T, zoom in on the crossings
-    top = after["mean"].max() * 100
-    window = (threshold - 3.0, top + 1.0)
-    if high - low > 5 * (window[1] - window[0]):
-        zoom = ax.inset_axes([0.5, 0.16, 0.48, 0.45])
-        zoom.set_facecolor("white")  # hide the main panel's drop lines behind it
+    if zoomed:
+        zoom = axes[1]
         _draw_curves(zoom, curves, arms, colors, 100, unit, {})
         _mark_threshold(zoom, threshold, crossings, colors, window[0])
         first = min((t for t in crossings.values() if np.isfinite(t)), default=0.0)
-        zoom.set_xlim(max(0.0, first - 0.25 * (ax.get_xlim()[1] - first)), ax.get_xlim()[1])
+        right = ax.get_xlim()[1]
+        zoom.set_xlim(max(0.0, first - 0.25 * (right - first)), right)
         zoom.set_ylim(*window)
-        zoom.tick_params(labelsize=8)
         zoom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
-        ax.indicate_inset_zoom(zoom, edgecolor="0.4")
+        zoom.set_title("near T (the box on the left)", fontsize=10)
+        zoom.set_xlabel(UNIT_WORDS[unit].capitalize())
+        x0, x1 = zoom.get_xlim()
+        ax.indicate_inset((x0, window[0], x1 - x0, window[1] - window[0]), edgecolor="0.4")
     ax.set_xlabel(_time_label(summary))
     ax.set_ylabel(
         f"{BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} "
@@ -223,12 +236,21 @@ def _draw_step_times(ax, summary: Summary, arms: list[str], colors: dict):
             width = np.nan_to_num(width)
             ax.barh(y, width, left=left, color=palette[phase], label=phase, height=0.6)
             left += width
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncols=3, frameon=False)
     else:
         ax.barh(y, [t for t, _ in totals], color=[colors[a] for a in arms], height=0.6)
-    ax.errorbar([t for t, _ in totals], y, xerr=[h for _, h in totals], fmt="none", ecolor="black", capsize=3, lw=1)
+    ax.errorbar(
+        [t for t, _ in totals],
+        y,
+        xerr=[h for _, h in totals],
+        fmt="none",
+        ecolor="black",
+        capsize=3,
+        lw=1,
+        label="total: 95 % t-interval over seeds",
+    )
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2, frameon=False)
     ax.set_yticks(y, arms)
-    ax.set_xlabel(f"Seconds per training step\non {summary.experiment.hardware}")
+    ax.set_xlabel("Seconds per training step")  # on the machine the left panel names
     ax.grid(axis="y", visible=False)
 
 

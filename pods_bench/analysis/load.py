@@ -15,6 +15,8 @@ run's own time.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from pods_bench.analysis.tidy import (
 )
 from pods_bench.errors import PodsBenchError
 from pods_bench.io import read_jsonl
-from pods_bench.layout import RUNS, SEED_PREFIX
+from pods_bench.layout import CALIBRATION, CALIBRATION_JSON, RUNS, SEED_PREFIX
 from pods_bench.run_dir import EVAL_LOG, PHASE_LABELS, PHASES, RUN_JSON, TRAIN_LOG, load_run_json, phase_field
 
 # train_log.jsonl field -> phase of a training step
@@ -125,7 +127,20 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
         source="runs",
         default_benchmark="gsm8k" if "gsm8k" in benchmarks else benchmarks[0],
         default_baseline=baseline,
+        calibration=_calibration(experiment_dir, warnings),
     )
+
+
+def _calibration(experiment_dir: Path, warnings: list[str]) -> dict | None:
+    """The experiment's calibration.json (a budget in baseline steps), if it has one."""
+    path = experiment_dir / CALIBRATION / CALIBRATION_JSON
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        warnings.append(f"{path}: not valid JSON ({e.msg}, line {e.lineno}); the caption leaves it out")
+        return None
 
 
 def _align_checkpoints(evals: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
@@ -265,5 +280,5 @@ def hardware_label(hardware) -> str:
     if isinstance(hardware, dict):
         for key in ("label", "cpu"):
             if hardware.get(key):
-                return str(hardware[key])
+                return re.sub(r"\b1 threads\b", "1 thread", str(hardware[key]))  # as runs before 2026-12 wrote it
     return "unknown hardware"

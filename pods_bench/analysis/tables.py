@@ -7,6 +7,8 @@
                  sqrt(p (1 - p) / (n_problems x repeats)), for the accuracy metrics
 - step_times.csv seconds per training step per arm, seed and phase
 - speedups.md / speedups.tex  the speedup table for reading and for the paper
+- verdict.md     the headline in a sentence per arm (printed at the end of a workflow run, and the
+                 top of the HTML report's front page)
 - cost.csv       the speedups.csv statistics on the cost axes (axis = rollouts, tokens): every "time"
                  column is then completions (tokens) generated, so `speedup` is the baseline's
                  rollouts to reach the threshold over the arm's; empty (header only) for the
@@ -28,7 +30,15 @@ from pods_bench.analysis.tidy import ACCURACY_METRICS, Experiment
 from pods_bench.io import atomic_write_text, atomic_write_with
 
 # what `aggregate` writes to <out>/<experiment>/summary/ (the outputs a workflow rule declares)
-SUMMARY_FILES = ("speedups.csv", "curves.csv", "step_times.csv", "speedups.md", "speedups.tex", "cost.csv")
+SUMMARY_FILES = (
+    "speedups.csv",
+    "curves.csv",
+    "step_times.csv",
+    "speedups.md",
+    "speedups.tex",
+    "cost.csv",
+    "verdict.md",
+)
 UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
 UNIT_WORDS = {"s": "seconds", "min": "minutes", "h": "hours"}
 
@@ -121,9 +131,12 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
     for name, table in tables.items():
         atomic_write_with(folder / name, lambda p, t=table: t.to_csv(p, index=False))
         paths.append(folder / name)
-    atomic_write_text(folder / "speedups.md", markdown_table(summary))
-    atomic_write_text(folder / "speedups.tex", latex_table(summary))
-    return paths + [folder / "speedups.md", folder / "speedups.tex"]
+    texts = {"speedups.md": markdown_table(summary), "speedups.tex": latex_table(summary)}
+    texts["verdict.md"] = "\n\n".join(verdict_lines(summary)) + "\n"
+    for name, text in texts.items():
+        atomic_write_text(folder / name, text)
+        paths.append(folder / name)
+    return paths
 
 
 # --- formatting ---------------------------------------------------------------------------------
@@ -157,6 +170,32 @@ def format_speedup(row: pd.Series, column: str = "speedup", latex: bool = False,
     return text
 
 
+def verdict_lines(summary: Summary) -> list[str]:
+    """The answer a user came for, a sentence per arm against the baseline: the paper's statistic
+    (time to q x the baseline's peak) and the time to 80 % of the baseline's gain, with their
+    intervals and the seeds they rest on."""
+    s = summary.speedups
+    gain = round(GAIN_FRACTIONS[1] * 100)
+    base = summary.baseline
+    lines = []
+    for _, r in s[~s["is_baseline"]].iterrows():
+        seeds = f"over {int(r['n_seeds'])} seed{'s' * (int(r['n_seeds']) != 1)}"
+        bound = r["speedup_bound"]
+        if bound == "n/a" or pd.isna(r["speedup"]):
+            paper = f"{r['arm']} did not reach {summary.options.q:g} x {base}'s peak within the budget ({seeds})"
+        else:
+            sooner = {">=": "at least ", "<": "at most "}.get(bound, "")
+            paper = (
+                f"{r['arm']} reached {summary.options.q:g} x {base}'s peak {sooner}{r['speedup']:.2f}x sooner"
+                + _ci(r["speedup_ci_low"], r["speedup_ci_high"], 2).replace(" [", " [95 % CI ")
+                + f" {seeds}"
+            )
+            if bound == ">=":
+                paper += f" ({base} peaked at its last checkpoint: a lower bound)"
+        lines.append(f"{paper}; to {gain} % of {base}'s gain {format_speedup(r, f'speedup_gain{gain}')}.")
+    return lines
+
+
 def _display_table(summary: Summary, latex: bool) -> pd.DataFrame:
     s, unit = summary.speedups, summary.time_unit
     pct = "\\%" if latex else "%"
@@ -184,6 +223,19 @@ def _display_table(summary: Summary, latex: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _calibrated(calibration: dict | None) -> str:
+    """How a budget in baseline steps was resolved on this machine (pods_bench/calibration.py)."""
+    if not calibration:
+        return ""
+    c = calibration
+    text = (
+        f" = {c['steps']} steps of {c['arm']} at {c['seconds_per_step']:.2f} s/step, timed here before the runs "
+        f"(mean of {c['timed_steps']}): {c['budget_s']:.1f} s of training clock for every arm, "
+        f"a checkpoint every {c['checkpoint_every_s']:.2f} s"
+    )
+    return text + (f", capped at {c['cap_s']:g} s" if c.get("capped") else "")
+
+
 def caption(summary: Summary) -> str:
     s, r = summary.speedups, summary.speedups.iloc[0]
     exp, unit = summary.experiment, summary.time_unit
@@ -193,7 +245,7 @@ def caption(summary: Summary) -> str:
         f"T = {summary.options.q:g} x peak of {summary.baseline} = {r['threshold'] * 100:.2f} %; "
         f"speedup = time for {summary.baseline} to reach T / time for the arm (first checkpoint at or above T; "
         f"{summary.baseline} reaches T at {format_time(r['t_baseline_s'], unit)}). "
-        f"Budget {format_time(r['budget_s'], unit)}. "
+        f"Budget {format_time(r['budget_s'], unit)}{_calibrated(exp.calibration)}. "
         + (
             f"[95 % CI]: percentile bootstrap over seeds, {n_boot} resamples. "
             if n_boot

@@ -69,6 +69,7 @@ class Experiment:
     default_metric: str = "answer_acc"
     default_baseline: str | None = None
     time_unit: str | None = None  # "s", "min" or "h" for display; None: chosen from the budget
+    calibration: dict | None = None  # calibration.json of a budget in baseline steps (pods_bench/calibration.py)
 
     @property
     def arm_names(self) -> list[str]:

@@ -21,6 +21,7 @@ rule aggregate:
             labels={"table": "speed-ups"},
         ),
         f"{SUMMARY_DIR}/speedups.tex",
+        f"{SUMMARY_DIR}/verdict.md",  # the headline, a sentence per arm
         report(
             f"{SUMMARY_DIR}/curves.csv",
             caption="../report/curves.rst",

@@ -64,6 +64,8 @@ EXPERIMENT = checked(experiment_settings.Experiment.from_config, config)  # the 
 LAYOUT = EXPERIMENT.layout  # every path of the experiment (pods_bench/layout.py)
 EXP_DIR, RUNS_DIR, SUMMARY_DIR = LAYOUT.root, LAYOUT.runs, LAYOUT.summary
 FIGURES_DIR, LOG_DIR = LAYOUT.figures, LAYOUT.logs
+# the HTML report's front page: the verdict (summary/verdict.md) over workflows/report/workflow.rst
+FRONT_PAGE = f"{SUMMARY_DIR}/report_front.rst"
 
 HARDWARE = checked(experiment_settings.hardware_setup, EXPERIMENT.hardware, HARDWARE_FILE)
 checked(experiment_settings.check_benchmarks, EXPERIMENT)
@@ -74,6 +76,13 @@ for _warning in checked(check_fits, RESOLVED, HARDWARE, EXPERIMENT.hardware):
     print(f"pods-bench workflow: warning: {_warning}", file=sys.stderr)
 WARM_START = EXPERIMENT.warm_start
 WARM_START_DIR = experiment_settings.warm_start_dir(EXPERIMENT)
+# a budget in baseline steps: the `calibrate` job times the baseline here and writes the shared
+# settings with that budget, which every training job then reads (pods_bench/calibration.py)
+CALIBRATED = EXPERIMENT.budget_in_baseline_steps
+if CALIBRATED and HARDWARE["processes"] > 1:
+    config_error("config key budget_in_baseline_steps: the calibration times one process; this setup trains with "
+                 f"{HARDWARE['processes']} (give train.budget.max_train_time_s instead)")
+RUN_CONFIG = LAYOUT.calibrated_train_config if CALIBRATED else LAYOUT.train_config
 
 
 def check_cluster_submission() -> None:

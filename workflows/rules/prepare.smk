@@ -1,6 +1,7 @@
 # Before training: the trainer settings shared by every arm, and the starting model -- downloaded
 # once with the datasets (so that training jobs need no network), or built by `pods-bench pretrain`
-# (the warm-started smoke model).
+# (the warm-started smoke model); with a budget in baseline steps, the calibration that turns it
+# into seconds on this machine.
 
 
 rule train_config:
@@ -76,3 +77,33 @@ def starting_model() -> dict:
     if WARM_START.enabled:
         return {"model": WARM_START_DIR}
     return {"prepared": LAYOUT.prepare_done}
+
+
+rule calibrate:
+    input:
+        config=LAYOUT.train_config,
+        **starting_model(),
+    output:
+        calibration=LAYOUT.calibration_json,
+        config=LAYOUT.calibrated_train_config,
+    params:
+        # the baseline arm's settings and the first seed, timed where the runs will train
+        overrides=jobs.set_flags(
+            [*experiment_settings.arm_overrides(EXPERIMENT, EXPERIMENT.analysis.baseline), f"seed={SEEDS[0]}"]
+        ) if CALIBRATED else "",
+        options=(
+            f"--steps {CALIBRATED.steps} --checkpoints {CALIBRATED.checkpoints} --timed-steps {CALIBRATED.timed_steps}"
+        ) if CALIBRATED else "",
+        process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
+    log:
+        f"{LOG_DIR}/calibrate.log",
+    priority: 2  # before everything else that is ready: the training jobs wait for it
+    threads: job_resources("train", ARMS[0])["cpus_per_task"]  # as a training job runs
+    resources:
+        **job_resources("train", ARMS[0]),
+    conda:
+        ENVIRONMENT
+    shell:
+        "export OMP_NUM_THREADS={params.process_threads}; "
+        "{PODS_BENCH} calibrate --config {input.config} {params.overrides} {params.options} "
+        "--out {LAYOUT.calibration} 2>&1 | tee {log}"

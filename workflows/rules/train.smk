@@ -12,7 +12,7 @@ def train_resource(key: str):
 
 rule train:
     input:
-        config=LAYOUT.train_config,
+        config=RUN_CONFIG,
         **starting_model(),
         # ancient: an order, not a dependency (a re-evaluated earlier seed does not retrain this one)
         previous_seed=lambda wildcards: [

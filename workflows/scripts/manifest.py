@@ -1,7 +1,8 @@
 """Write the run manifest of an experiment (run by Snakemake's `script:`).
 
 One YAML file: the experiment config as run (schema defaults filled in), the hardware setup asked
-for, and for every run its resolved trainer config, status, times, package versions and the
+for, the calibration of a budget in baseline steps (the measured seconds per step and the resolved
+budget), and for every run its resolved trainer config, status, times, package versions and the
 hardware it actually ran on -- all read from the runs' own run.json files.
 """
 
@@ -34,6 +35,11 @@ manifest = {
     "config_files": list(snakemake.params.config_files),
     "experiment_config": snakemake.params.experiment_config,
     "hardware_setup": snakemake.params.hardware,
+    "calibration": (
+        json.loads(Path(snakemake.params.calibration).read_text(encoding="utf-8"))
+        if snakemake.params.calibration
+        else None
+    ),
     "runs": runs,
 }
 manifest = json.loads(json.dumps(manifest, default=str))  # plain data: no YAML anchors for shared objects

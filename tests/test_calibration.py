@@ -1,0 +1,61 @@
+"""A budget in baseline steps (pods_bench/calibration.py): a real timed run of the tiny model, the
+budget it resolves to, the calibrated settings the training jobs read, and the cap."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import yaml
+
+from pods_bench.calibration import calibrate
+from pods_bench.cli import main
+from pods_bench.config import load_config
+from pods_bench.io import read_jsonl
+from tests.tiny_runs import tiny_run
+
+BASELINE = ["arm=grpo", "selection.rule=all", "selection.n=4", "selection.m=4", "seed=0"]
+
+
+@pytest.fixture
+def shared_settings(tmp_path):
+    """The shared trainer settings as the workflow writes them (results/<exp>/configs/train.yaml)."""
+    settings = tiny_run(tmp_path / "unused", budget={"max_train_time_s": 600, "checkpoint_every_s": 5})
+    del settings["output_dir"]
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def test_the_budget_is_steps_of_the_baseline_timed_here(tmp_path, shared_settings):
+    out = tmp_path / "calibration"
+    assert main(["calibrate", "--config", str(shared_settings), *[f"--set={s}" for s in BASELINE],
+                 "--steps", "40", "--checkpoints", "8", "--timed-steps", "2", "--out", str(out)]) == 0  # fmt: skip
+    c = json.loads((out / "calibration.json").read_text())
+    # the timed run: one untimed step, then two timed ones, read off the training clock
+    clock = [r["train_time_s"] for r in read_jsonl(out / "run" / "train_log.jsonl")]
+    assert len(clock) == 3 and c["step_times_s"] == pytest.approx([clock[1] - clock[0], clock[2] - clock[1]])
+    assert c["seconds_per_step"] == pytest.approx(statistics.fmean(c["step_times_s"])) and c["seconds_per_step"] > 0
+    assert c["budget_s"] == pytest.approx(40 * c["seconds_per_step"])
+    assert c["checkpoint_every_s"] == pytest.approx(c["budget_s"] / 8)
+    assert (c["arm"], c["steps"], c["checkpoints"], c["timed_steps"], c["capped"]) == ("grpo", 40, 8, 2, False)
+    assert c["hardware"]["torch_threads"] >= 1
+    # what the training jobs read: the shared settings with that budget, nothing else changed
+    calibrated = yaml.safe_load((out / "train.yaml").read_text())
+    original = yaml.safe_load(shared_settings.read_text())
+    assert {k: v for k, v in calibrated.items() if k != "budget"} == {
+        k: v for k, v in original.items() if k != "budget"
+    }
+    cfg = load_config(out / "train.yaml", ["arm=pods"])
+    assert cfg.budget.max_train_time_s == pytest.approx(c["budget_s"])
+    assert cfg.budget.checkpoint_every_s == pytest.approx(c["checkpoint_every_s"])
+
+
+def test_max_train_time_caps_the_budget(tmp_path, shared_settings):
+    settings = yaml.safe_load(shared_settings.read_text())
+    settings["budget"]["max_train_time_s"] = 0.001  # below one step of any machine
+    shared_settings.write_text(yaml.safe_dump(settings))
+    c = calibrate(shared_settings, BASELINE, steps=10, checkpoints=4, timed=1, out=tmp_path / "calibration")
+    assert c["capped"] and c["budget_s"] == 0.001 and c["cap_s"] == 0.001
+    assert c["checkpoint_every_s"] == pytest.approx(0.001 / 4)
