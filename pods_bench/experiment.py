@@ -164,7 +164,9 @@ def schema_error_line(error, command_line_keys=()) -> str:
 
             return schema_error_line(jsonschema.exceptions.best_match(inner), command_line_keys)
         kinds = {"null": "null", "object": "a mapping"}
-        allowed = " or ".join(kinds.get(branch.get("type"), str(branch.get("type"))) for branch in error.validator_value)
+        allowed = " or ".join(
+            kinds.get(branch.get("type"), str(branch.get("type"))) for branch in error.validator_value
+        )
         return f"config key {key} must be {allowed}, got {error.instance!r}"
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))
