@@ -51,8 +51,8 @@ SAFE_BY_DESIGN = {
     ): "writes into checkpoints/.tmp-step-N/, renamed into place when complete",
     ("pods_bench/models.py", "save_model"): "callers write into a temporary folder and rename it (pretrain.py)",
     (
-        "pods_bench/engines/__init__.py",
-        "_vllm",
+        "pods_bench/engines/vllm.py",
+        "start_vllm_engine",
     ): "a scratch copy of the tiny model for vLLM to load, in a fresh temporary folder",
     ("workflows/scripts/train_config.py", "<module>"): "the job's log file (a log, not a result)",
     ("workflows/scripts/manifest.py", "<module>"): "the job's log file (a log, not a result)",
