@@ -21,9 +21,9 @@ def test_each_group_is_selected_and_normalised_on_its_own(tmp_path, monkeypatch)
     seen = {"select": [], "advantages": [], "sequences": []}
     real_select, real_advantages, real_update = selection.select, selection.group_advantages, trainer.update_policy
 
-    def spy_select(rule, rewards, m, generator=None):
+    def spy_select(rule, rewards, m, generator=None, settings=None):
         seen["select"].append(rewards.clone())
-        return real_select(rule, rewards, m, generator)
+        return real_select(rule, rewards, m, generator, settings)
 
     def spy_advantages(rewards, **kwargs):
         out = real_advantages(rewards, **kwargs)

@@ -82,6 +82,7 @@ def tiny_experiment(tmp_path: Path) -> Path:
     config = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
     config["experiment"] = "profile_test"
     config["warm_start"] = {"enabled": False}
+    config["budget_in_baseline_steps"] = None  # the baseline arm is renamed; profile sets its own budget
     config["arms"] = {
         "grpo_n4_m4": {"rule": "all", "n": 4, "m": 4},
         "pods_n8_m2": {"rule": "max_variance", "n": 8, "m": 2},
