@@ -88,8 +88,11 @@ def calibrate(
         "capped": capped,
         "hardware": hardware(),
     }
-    budget = {**settings.get("budget", {}), "max_train_time_s": budget_s}
-    budget["checkpoint_every_s"] = calibration["checkpoint_every_s"]
+    budget = {
+        **settings.get("budget", {}),
+        "max_train_time_s": budget_s,
+        "checkpoint_every_s": calibration["checkpoint_every_s"],
+    }
     header = (
         f"# {CALIBRATED_CONFIG}: the shared trainer settings with the budget of {steps} steps of {baseline.arm}\n"
         f"# at {seconds_per_step:.3f} s/step on this machine ({CALIBRATION_JSON}; pods_bench/calibration.py)\n"
@@ -108,10 +111,7 @@ def cli(args) -> int:
         f"{c['arm']}: {c['seconds_per_step']:.3f} s/step (mean of {c['timed_steps']} steps) -> a budget of "
         f"{c['budget_s']:.1f} s ({c['steps']} steps), a checkpoint every {c['checkpoint_every_s']:.2f} s"
     )
-    calibration = c
-    if calibration["capped"]:
-        print(
-            f"pods-bench calibrate: warning: the budget is capped at {calibration['cap_s']:g} s (budget.max_train_time_s)"
-        )
+    if c["capped"]:
+        print(f"pods-bench calibrate: warning: the budget is capped at {c['cap_s']:g} s (budget.max_train_time_s)")
     print(f"wrote {Path(args.out) / CALIBRATION_JSON} and {Path(args.out) / CALIBRATED_CONFIG}")
     return 0
