@@ -276,6 +276,56 @@ def test_pilot_commit_drops_pilots_older_than_max_off_steps_and_orders_commits_b
     assert list(pc.buffer) == [6] and list(pc.pilots) == [6]
 
 
+def test_pilot_commit_a_buffered_prompt_piloted_again_leaves_the_buffer_when_it_is_out_of_the_window():
+    from pods_bench.allocation.pilot_commit import Buffered
+
+    # every prompt buffered (as after an epoch), every pilot of this step solved: the three re-piloted
+    # prompts are evicted and leave the buffer, and no later commit can take them
+    cfg = make_cfg("pilot_commit", P=1, pilot_prompts=3, max_rounds=1, when_short="train")
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    pc.buffer = {p: Buffered(0, 0, 0.5, 0.5) for p in range(NUM_PROMPTS)}
+    pc.pilots = {p: scripted_pilot(p, 0) for p in range(NUM_PROMPTS)}
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 1.0), step=1)
+    batch, stats = pc.collect(sampler)
+    piloted = sampler.calls_made[1][0]
+    assert sampler.calls_made[1][1] == 2 and len(piloted) == 3
+    assert pc.evicted == set(piloted)
+    assert not set(pc.buffer) & pc.evicted and set(pc.buffer) == set(pc.pilots)
+    assert set(pc.buffer) == set(range(NUM_PROMPTS)) - set(batch.prompt) - set(piloted)
+    assert stats["buffer_size"] == len(pc.buffer) and stats["prompts_evicted"] == 3
+    for step in (2, 3):  # the rest of the buffer is committed, never an evicted prompt
+        evicted_before = set(pc.evicted)
+        batch, _ = pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 1.0), step=step))
+        assert len(batch) == 1 and not set(batch.prompt) & evicted_before
+        assert not set(pc.buffer) & pc.evicted
+
+
+def test_pilot_commit_with_every_prompt_evicted_commits_the_buffer_or_stops_before_sampling():
+    from pods_bench.allocation.pilot_commit import Buffered
+
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    pc.evicted = set(range(NUM_PROMPTS))
+    pc.buffer = {p: Buffered(0, 0, 0.5, 0.5) for p in (3, 4)}
+    pc.pilots = {p: scripted_pilot(p, 0) for p in (3, 4)}
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5), step=1)
+    batch, stats = pc.collect(sampler)  # the buffer fills the batch: no error, no pilots
+    assert sorted(batch.prompt) == [3, 4] and stats["rollouts_pilot"] == 0
+    assert [prompts for prompts, k in sampler.calls_made if k == 2] == [[]]
+
+    pc.buffer = {5: Buffered(1, 0, 0.5, 0.5)}
+    pc.pilots = {5: scripted_pilot(5, 1)}
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5), step=2)
+    with pytest.raises(PodsBenchError) as error:
+        pc.collect(sampler)
+    assert str(error.value) == (
+        "allocation.pilot_commit: all 12 training prompts are evicted as solved (pilot pass rate >= "
+        "solve_threshold=1.0) and the buffer holds 1 of the 2 prompts the batch still needs; raise it, or null: "
+        "no eviction"
+    )
+    assert sampler.calls_made == []  # nothing was sampled for a step that cannot be filled
+
+
 def scripted_pilot(prompt: int, step: int) -> Groups:
     return Groups(
         [prompt],

@@ -38,8 +38,9 @@ pytestmark = pytest.mark.slow
 
 SHORT_STEPS_SMOKE = {
     "budget_in_baseline_steps": None,  # a budget in steps, no calibration
-    "seeds": [0, 1],
-    "pair_seeds": False,  # the kills, not the seed order, are under test here: all four runs may start
+    # one seed: two training jobs, which the two cores run side by side; PODS's (the cheaper steps)
+    # ends first, so the first kill finds one job finished and the other under way
+    "seeds": [0],
     "warm_start": {"name": "arith-tiny-test", "steps": 60},
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2, "checkpoint_every_s": 3600},
@@ -50,7 +51,7 @@ SHORT_STEPS_SMOKE = {
     },
     "resources": {"train": {"runtime_min": 10}},  # a step budget gives the scheduler no runtime to derive
 }
-RUNS = ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m4/seed0", "pods_n16_m4/seed1"]
+RUNS = ["grpo_n16_m16/seed0", "pods_n16_m4/seed0"]
 PROFILE = str(PROJECT_ROOT / "profiles" / "local")  # the documented commands' profile (rerun-incomplete)
 # what speedups.csv holds that does not depend on wall-clock times
 CLOCK_FREE_COLUMNS = [

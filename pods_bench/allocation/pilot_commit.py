@@ -17,11 +17,19 @@ Per step, in rounds (pc_ray_trainer.py:L427-L700):
 Once the batch is full, buffered pilots more than max_off_steps steps old are dropped (flush, L700):
 a pilot is committed at most max_off_steps + 1 updates after it was sampled.
 
+The commit order defaults to the highest pilot std first, as the paper's headline run
+(databricks/pilot-commit@8ca7605, train_scripts/pc_qwen2.5-1.5b_p32c96.sh:
+buffer_sampling_method=max_variance); "random" is the code's default.
+
 Differences from the code, on purpose: the buffer and the evicted set persist across epochs and
 are saved in checkpoints (the code clears the buffer and drops a partial batch at each epoch end, and
 saves neither); eviction takes effect at once (the code applies it at the epoch's end: within an
 epoch a prompt is not drawn twice anyway); commit and pilot rollouts are two sampling calls (one
-in the code); the pass rate is correctness, as the code's `acc`.
+in the code); the pass rate is correctness, as the code's `acc`. Because the buffer outlives an
+epoch, a buffered prompt can be piloted again: its newer pilot replaces the buffered one, in the
+window or not (a prompt piloted as solved leaves the buffer as it is evicted). Once every prompt
+is evicted, a step still commits what the buffer holds and stops the run only if that cannot fill
+the batch, before it samples anything.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ class PilotCommitConfig(RoundsConfig):
     pass_low: float = 0.125  # buffered if pass_low <= pilot pass rate <= 1 - pass_high_margin
     pass_high_margin: float = 0.25
     solve_threshold: float | None = 1.0  # pilot pass rate >= this: never piloted again; None: no eviction
-    commit_order: Literal["random", "max_std"] = "random"  # which buffered prompts a commit takes first
+    commit_order: Literal["random", "max_std"] = "max_std"  # which buffered prompts a commit takes first
     max_off_steps: int = 4  # buffered pilots older than this many steps are dropped
 
     def __post_init__(self):
@@ -123,13 +131,23 @@ class PilotCommit(AllocationStrategy):
             return sorted(prompts, key=lambda p: (-self.buffer[p].std, -self.buffer[p].step, p))[:need]
         return [prompts[i] for i in sorted(rng.choice(len(prompts), size=need, replace=False))]
 
-    def draw_pilots(self, sampler: RolloutSampler, count: int) -> tuple[list[int], int]:
-        """(the next `count` prompts that are not evicted, prompts drawn): at most one pass over the data."""
-        if len(self.evicted) >= self.num_prompts:
+    def all_evicted(self) -> bool:
+        return len(self.evicted) >= self.num_prompts
+
+    def check_can_fill(self, have: int, want: int) -> None:
+        """Once every prompt is evicted only the buffer can fill the batch: stop before sampling if it cannot."""
+        if self.all_evicted() and have + len(self.buffer) < want:
             raise PodsBenchError(
                 f"allocation.pilot_commit: all {self.num_prompts} training prompts are evicted as solved (pilot "
-                f"pass rate >= solve_threshold={self.settings.solve_threshold}); raise it, or null: no eviction"
+                f"pass rate >= solve_threshold={self.settings.solve_threshold}) and the buffer holds "
+                f"{len(self.buffer)} of the {want - have} prompts the batch still needs; raise it, or null: no eviction"
             )
+
+    def draw_pilots(self, sampler: RolloutSampler, count: int) -> tuple[list[int], int]:
+        """(the next `count` prompts that are not evicted, prompts drawn): at most one pass over the data,
+        none once every prompt is evicted."""
+        if self.all_evicted():
+            return [], 0
         return sampler.draw_where(count, lambda p: p not in self.evicted)
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
@@ -137,6 +155,7 @@ class PilotCommit(AllocationStrategy):
         parts, have, drawn, ages = [], 0, 0, []
         stats = {"rounds": 0, "groups_sampled": 0, "rollouts_pilot": 0, "rollouts_commit": 0, "prompts_buffered": 0}
         while True:
+            self.check_can_fill(have, want)
             # 1. commit: the rest of the batch from the buffer, before this round's pilots join it
             commits = self.choose_commits(sampler.rng(stats["rounds"]), want - have)
             local, everyone = sampler.sample(commits, self.n_commit, owners=[self.buffer[p].owner for p in commits])
@@ -148,15 +167,16 @@ class PilotCommit(AllocationStrategy):
             drawn += count
             pilot_local, pilot_everyone = sampler.sample(pilots, self.n_pilot)
             for g in pilot_everyone:
-                if c.pass_low <= g.pass_rate <= 1 - c.pass_high_margin:
-                    self.buffer.pop(g.prompt, None)  # a newer pilot of a buffered prompt replaces it
-                    self.pilots.pop(g.prompt, None)
+                # a newer pilot of a buffered prompt replaces it, in the window or not
+                self.buffer.pop(g.prompt, None)
+                self.pilots.pop(g.prompt, None)
+                if c.solve_threshold is not None and g.pass_rate >= c.solve_threshold:
+                    self.evicted.add(g.prompt)  # never buffered, even where the window reaches the threshold
+                elif c.pass_low <= g.pass_rate <= 1 - c.pass_high_margin:
                     self.buffer[g.prompt] = Buffered(sampler.step, g.owner, g.pass_rate, float(np.std(g.correct)))
                     if g.owner == sampler.rank:
                         self.pilots[g.prompt] = pilot_local.rows([g.row])
                     stats["prompts_buffered"] += 1
-                if c.solve_threshold is not None and g.pass_rate >= c.solve_threshold:
-                    self.evicted.add(g.prompt)
             stats["rounds"] += 1
             stats["groups_sampled"] += len(everyone) + len(pilot_everyone)
             stats["rollouts_commit"] += len(everyone) * self.n_commit
