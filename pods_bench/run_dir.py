@@ -75,6 +75,7 @@ class StepRecord:
     reward_failures: int
     allocation: str
     groups_trained: int
+    rollouts_in_groups: int
     rollouts_generated: int
     decode_steps: int  # these four: the work behind the phase times, the step-time model's features
     decode_sequence_steps: int

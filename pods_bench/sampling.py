@@ -75,41 +75,70 @@ class PromptStream:
 
 @dataclass
 class Groups:
-    """Graded rollout groups held by this process: row g holds the rollouts of training prompt `prompt[g]`."""
+    """Graded rollout groups held by this process: group g holds the rollouts of training prompt
+    `prompt[g]`, `len(completion_ids[g])` of them. Groups may differ in size (VIGOR, HORA): the
+    per-rollout arrays hold every group's rollouts one after another, group g at
+    `offsets[g]:offsets[g + 1]`. Built from (groups, k) arrays, they are flattened the same way."""
 
     prompt: list[int]  # index into the training prompts
     prompt_ids: list[list[int]]
     completion_ids: list[list[list[int]]]  # [group][rollout] token ids
-    rewards: np.ndarray  # (groups, k) what the trainer optimises
-    correct: np.ndarray  # (groups, k) 0/1 correctness
-    format: np.ndarray  # (groups, k) format score
+    rewards: np.ndarray  # (rollouts,) what the trainer optimises
+    correct: np.ndarray  # (rollouts,) 0/1 correctness
+    format: np.ndarray  # (rollouts,) format score
     sampled_at: list[int]  # the step whose policy sampled the group (its oldest rollouts)
 
+    def __post_init__(self):
+        for name in ("rewards", "correct", "format"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
+        if not len(self.rewards) == len(self.correct) == len(self.format) == sum(self.sizes):
+            raise ValueError("Groups: rewards, correctness and format must have one value per rollout")
+
     @classmethod
-    def empty(cls, k: int = 0) -> Groups:
-        return cls([], [], [], np.zeros((0, k)), np.zeros((0, k)), np.zeros((0, k)), [])
+    def empty(cls) -> Groups:
+        return cls([], [], [], np.zeros(0), np.zeros(0), np.zeros(0), [])
 
     def __len__(self) -> int:
         return len(self.prompt)
 
+    @property
+    def sizes(self) -> list[int]:
+        """Rollouts per group."""
+        return [len(c) for c in self.completion_ids]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """(groups + 1,) where each group's rollouts start in the per-rollout arrays, and the end."""
+        return np.concatenate([[0], np.cumsum(self.sizes, dtype=np.int64)])
+
+    def of_group(self, name: str, g: int) -> np.ndarray:
+        """Group g's values of the per-rollout array `name` ("rewards", "correct", "format")."""
+        start, end = self.offsets[g : g + 2]
+        return getattr(self, name)[start:end]
+
+    def per_group(self, name: str) -> list[np.ndarray]:
+        """The per-rollout array `name`, one array per group."""
+        return np.split(getattr(self, name), self.offsets[1:-1]) if len(self) else []
+
     def rows(self, index: list[int]) -> Groups:
         """The groups at `index`, in that order."""
+        pick = lambda name: np.concatenate([self.of_group(name, i) for i in index]) if index else np.zeros(0)
         return Groups(
             [self.prompt[i] for i in index],
             [self.prompt_ids[i] for i in index],
             [self.completion_ids[i] for i in index],
-            self.rewards[index],
-            self.correct[index],
-            self.format[index],
+            pick("rewards"),
+            pick("correct"),
+            pick("format"),
             [self.sampled_at[i] for i in index],
         )
 
     @staticmethod
-    def concat(parts: list[Groups], k: int) -> Groups:
-        """The groups of `parts` one after another (all with k rollouts)."""
+    def concat(parts: list[Groups]) -> Groups:
+        """The groups of `parts` one after another."""
         parts = [p for p in parts if len(p)]
         if not parts:
-            return Groups.empty(k)
+            return Groups.empty()
         return Groups(
             [x for p in parts for x in p.prompt],
             [x for p in parts for x in p.prompt_ids],
@@ -121,33 +150,36 @@ class Groups:
         )
 
     def to_dict(self) -> dict:
-        """Plain lists (for checkpoints: comparable with ==, no pickled classes)."""
+        """Plain lists, per group (for checkpoints: comparable with ==, no pickled classes)."""
         return {
             "prompt": self.prompt,
             "prompt_ids": self.prompt_ids,
             "completion_ids": self.completion_ids,
-            "rewards": self.rewards.tolist(),
-            "correct": self.correct.tolist(),
-            "format": self.format.tolist(),
+            **{name: [a.tolist() for a in self.per_group(name)] for name in ("rewards", "correct", "format")},
             "sampled_at": self.sampled_at,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> Groups:
-        arrays = {k: np.asarray(d[k], dtype=np.float64) for k in ("rewards", "correct", "format")}
+        flat = lambda groups: np.asarray([x for g in groups for x in g], dtype=np.float64)
+        arrays = {k: flat(d[k]) for k in ("rewards", "correct", "format")}
         return cls(d["prompt"], d["prompt_ids"], d["completion_ids"], sampled_at=d["sampled_at"], **arrays)
 
     def join(self, more: Groups) -> Groups:
-        """Each group with `more`'s rollouts of the same prompt appended (Pilot-Commit: pilot + commit)."""
+        """Each group with `more`'s rollouts of the same prompt appended (Pilot-Commit: pilot + commit;
+        VIGOR: one round's rollouts)."""
         if self.prompt != more.prompt:
             raise ValueError("join: the groups are not of the same prompts in the same order")
+        both = lambda name: np.concatenate(
+            [x for a, b in zip(self.per_group(name), more.per_group(name)) for x in (a, b)] or [np.zeros(0)]
+        )
         return Groups(
             self.prompt,
             self.prompt_ids,
             [a + b for a, b in zip(self.completion_ids, more.completion_ids)],
-            np.concatenate([self.rewards, more.rewards], axis=1),
-            np.concatenate([self.correct, more.correct], axis=1),
-            np.concatenate([self.format, more.format], axis=1),
+            both("rewards"),
+            both("correct"),
+            both("format"),
             [min(a, b) for a, b in zip(self.sampled_at, more.sampled_at)],
         )
 
@@ -278,7 +310,7 @@ class RolloutSampler:
             else derived_seed(base, self.step, self.rank, self.calls)
         )
         self.calls += 1
-        local = Groups.empty(k)
+        local = Groups.empty()
         if groups:
             with timed(self.times, "gen", self.device):
                 rollouts = self.engine.generate([self.prompts[i] for i in groups], k, replace(cfg.sampling, seed=seed))
@@ -286,14 +318,13 @@ class RolloutSampler:
                 golds = gold_texts([self.problems[i] for i in groups], cfg.reward.grading)
                 texts = [t for group in rollouts.completion_text for t in group]
                 graded = self.grade(texts, [g for g in golds for _ in range(k)])
-            shape = (len(groups), k)
             local = Groups(
                 groups,
                 rollouts.prompt_ids,
                 rollouts.completion_ids,
-                np.asarray(graded.total, dtype=np.float64).reshape(shape),
-                np.asarray(graded.correctness, dtype=np.float64).reshape(shape),
-                np.asarray(graded.format, dtype=np.float64).reshape(shape),
+                graded.total,
+                graded.correctness,
+                graded.format,
                 [self.step] * len(groups),
             )
             self.counts["rollouts_generated"] += len(groups) * k
@@ -304,7 +335,13 @@ class RolloutSampler:
         with timed(self.times, "reward", self.device):
             everyone = self.gather(
                 [
-                    Graded(p, self.rank, row, tuple(local.rewards[row].tolist()), tuple(local.correct[row].tolist()))
+                    Graded(
+                        p,
+                        self.rank,
+                        row,
+                        tuple(local.of_group("rewards", row).tolist()),
+                        tuple(local.of_group("correct", row).tolist()),
+                    )
                     for row, p in enumerate(local.prompt)
                 ]
             )

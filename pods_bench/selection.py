@@ -214,12 +214,55 @@ class Choice:
     informative: Tensor  # (all groups,) bool
 
 
-def choose(rewards: Tensor, s: SelectionConfig, generator: torch.Generator | None = None) -> Choice:
+def kept_per_group(s: SelectionConfig, size: int) -> int:
+    """How many of a group's `size` rollouts train: all of them under rule "all" (whatever the
+    group's size), else m, or the whole group when it has no more than m."""
+    return size if s.rule == "all" else min(s.m, size)
+
+
+def choose(rewards: Tensor | list[Tensor], s: SelectionConfig, generator: torch.Generator | None = None) -> Choice:
+    """Steps 4-5 for a batch of groups: rewards (groups, n), or one 1-D tensor per group where groups
+    differ in size (VIGOR, HORA). Groups of one size go through `choose_uniform` together, in order
+    of size; a group keeps `kept_per_group` of its rollouts, its advantages over those (the unbiased
+    std of the group's kept rewards; a group of one gets 0)."""
+    if isinstance(rewards, Tensor):
+        return choose_uniform(rewards, s, s.m, generator)
+    sizes = [len(r) for r in rewards]
+    if len(set(sizes)) <= 1:  # one size: exactly the (groups, n) path
+        stacked = torch.stack(rewards) if rewards else torch.zeros(0, s.n, dtype=torch.float64)
+        return choose_uniform(stacked, s, kept_per_group(s, stacked.shape[1]), generator)
+    if s.scope == "batch":
+        raise PodsBenchError(
+            "selection.scope: 'batch' (CPPO's batch-level pruning keeps groups x m rollouts) needs groups of one "
+            f"size; this step's groups have {min(sizes)}-{max(sizes)} rollouts"
+        )
+    informative = torch.zeros(len(sizes), dtype=torch.bool)
+    kept = []  # (group in the batch, rollout, advantage, reward)
+    for size in sorted(set(sizes)):
+        index = [g for g, k in enumerate(sizes) if k == size]
+        c = choose_uniform(torch.stack([rewards[g] for g in index]), s, kept_per_group(s, size), generator)
+        informative[index] = c.informative
+        rows = [index[c.groups[r]] for r in c.rows.tolist()]
+        kept += zip(rows, c.cols.tolist(), c.advantages.tolist(), c.rewards.tolist())
+    kept.sort(key=lambda x: x[0])  # batch order; stable, so each group's rollouts keep the rule's order
+    groups = sorted({g for g, *_ in kept})
+    row_of = {g: i for i, g in enumerate(groups)}
+    as_tensor = lambda i, dtype: torch.tensor([x[i] for x in kept], dtype=dtype)
+    return Choice(
+        groups,
+        torch.tensor([row_of[g] for g, *_ in kept], dtype=torch.long),
+        as_tensor(1, torch.long),
+        as_tensor(2, torch.float64),
+        as_tensor(3, torch.float64),
+        informative,
+    )
+
+
+def choose_uniform(rewards: Tensor, s: SelectionConfig, m: int, generator: torch.Generator | None = None) -> Choice:
     """Optionally drop all-equal groups (DAPO's filter, without refill), keep m of each group's n by
     the selection rule and normalise advantages over the kept m:  A_i = (r_i - mean_m) / (std_m + eps);
     or (CPPO, advantage_over: all) over all n, kept as they are for the kept rollouts, optionally
     choosing the groups x m kept over the whole batch (scope: batch)."""
-    m = s.m
     informative = nonuniform_groups(rewards)
     keep = informative if s.filter_uniform_groups else torch.ones(len(rewards), dtype=torch.bool)
     groups = keep.nonzero().squeeze(1).tolist()

@@ -393,12 +393,12 @@ class Kept:
     groups: int  # groups kept (after the optional DAPO filter)
 
 
-def keep_rollouts(rewards: torch.Tensor, rollouts, cfg: TrainConfig, generator: torch.Generator) -> Kept:
-    """Steps 4-5: the rollouts selection.choose keeps (filter, rule or batch pruning, advantages),
-    as the sequences the update trains on."""
-    c = choose(rewards, cfg.selection, generator)
+def keep_rollouts(batch, cfg: TrainConfig, generator: torch.Generator) -> Kept:
+    """Steps 4-5: the rollouts selection.choose keeps of each group of `batch` (pods_bench.sampling.Groups,
+    groups of any sizes): filter, rule or batch pruning, advantages; as the sequences the update trains on."""
+    c = choose([torch.from_numpy(r) for r in batch.per_group("rewards")], cfg.selection, generator)
     sequences = [
-        KeptRollout(rollouts.prompt_ids[c.groups[r]], rollouts.completion_ids[c.groups[r]][col], a)
+        KeptRollout(batch.prompt_ids[c.groups[r]], batch.completion_ids[c.groups[r]][col], a)
         for r, col, a in zip(c.rows.tolist(), c.cols.tolist(), c.advantages.tolist())
     ]
     return Kept(sequences, c.rewards, c.informative, len(c.groups))
@@ -474,6 +474,7 @@ def step_record(
         # what the step generated (all rounds, pilots, dropped groups): the cost axes of the analysis
         allocation=cfg.allocation.strategy,
         groups_trained=int(sums["groups"]),
+        rollouts_in_groups=int(sums["rollouts"]),
         rollouts_generated=int(sums["rollouts_generated"]),
         # the work behind the phase times (summed over processes): the step-time model's features
         decode_steps=int(sums["decode_steps"]),
@@ -705,11 +706,10 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
         batch, allocation = run.allocator.collect(sampler)
     p.cursor, times = sampler.cursor, sampler.times  # every prompt drawn is consumed
     times["select"] = max(0.0, time.perf_counter() - started - times.get("gen", 0.0) - times.get("reward", 0.0))
-    rewards = torch.from_numpy(batch.rewards)
 
     # 4-5. selection of m per group, advantages over the kept m
     with timed(times, "select", accelerator.device):
-        kept = keep_rollouts(rewards, batch, cfg, run.selection_generator)
+        kept = keep_rollouts(batch, cfg, run.selection_generator)
 
     # 6. policy-gradient update
     failpoint("update")

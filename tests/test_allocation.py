@@ -82,7 +82,7 @@ def test_dynamic_sampling_refills_until_the_batch_is_full_and_drops_the_surplus(
     batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
 
     assert batch.prompt == [order[1], order[3]]  # the earliest mixed groups; order[5] is surplus
-    assert batch.rewards.shape == (2, 8)
+    assert batch.sizes == [8, 8]
     assert stats == {"rounds": 2, "groups_sampled": 6, "groups_dropped": 4}
     assert [c[0] for c in sampler.calls_made] == [order[0:3], order[3:6]]
     assert sampler.cursor == 6  # every drawn prompt is consumed, surplus included
@@ -222,9 +222,9 @@ def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
         (order[6:9], 2),
     ]
     assert batch.prompt[0] == order[0] and batch.prompt[1] in (order[3], order[4])
-    assert batch.rewards.shape == (2, 8)  # pilot + commit rollouts as one group of n
+    assert batch.sizes == [8, 8]  # pilot + commit rollouts as one group of n
     assert [c[1] for c in batch.completion_ids[0]] == [0] * 8  # all sampled at step 0
-    assert batch.rewards[0].tolist() == [1, 0] + [1, 1, 1, 0, 0, 0]  # pilot (2) then commit (6)
+    assert batch.of_group("rewards", 0).tolist() == [1, 0] + [1, 1, 1, 0, 0, 0]  # pilot (2) then commit (6)
     assert pc.evicted == {order[1]}
     assert list(pc.buffer) == [p for p in (order[3], order[4]) if p != batch.prompt[1]]
     assert stats == {
@@ -359,6 +359,82 @@ def test_pilot_commit_bad_settings_stop_with_one_line():
         make_cfg("pilot_commit", pass_low=0.9)
 
 
+# --- VIGOR and HORA: groups of different sizes ----------------------------------------------------------
+
+
+def test_vigor_grows_the_groups_of_the_prompts_whose_rewards_vary_most():
+    order = PromptStream(NUM_PROMPTS, 0).take(0, 8)
+    # 8 prompts, m0 = 2, alpha 0.5, gamma 2, T = 4: active 8, 4, 2, 1; 2 + 4 + 8 + 16 rollouts
+    # for the last one. Pass rates: four at 0.5 (mixed from the first two rollouts), four at 0 or 1.
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0) | {order[i]: 0.5 for i in (1, 2, 5, 7)} | {order[3]: 1.0}
+    cfg = make_cfg("vigor", n=8, m=8, P=8)
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert batch.prompt == order  # in the order drawn
+    # the mixed four stay in round 2; then ties (every mixed group varies by 0.25) go to the earliest
+    assert dict(zip(batch.prompt, batch.sizes)) == {
+        order[0]: 2,
+        order[1]: 30,
+        order[2]: 14,
+        order[3]: 2,
+        order[4]: 2,
+        order[5]: 6,
+        order[6]: 2,
+        order[7]: 6,
+    }
+    assert sorted(batch.sizes) == [2, 2, 2, 2, 6, 6, 14, 30] and sum(batch.sizes) == 8 * 8
+    assert [(prompts, k) for prompts, k in sampler.calls_made] == [
+        (order, 2),
+        ([order[1], order[2], order[5], order[7]], 4),
+        ([order[1], order[2]], 8),
+        ([order[1]], 16),
+    ]
+    assert stats == {"rounds": 4, "groups_sampled": 15, "group_size_min": 2, "group_size_max": 30}
+    # each group's rollouts in the order sampled: round 1's, then round 2's, ...
+    assert [c[1:] for c in batch.completion_ids[2]] == [[0, j] for j in (0, 1, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7)]
+
+
+def test_hora_allocates_the_rest_of_the_budget_by_marginal_hit_utility():
+    from pods_bench.allocation.hora import allocate, hit_utility
+
+    # Beta(1, 5), Beta(3, 3), Beta(5, 1): utilities E[p (1 - p)^l] by hand
+    assert hit_utility(1, 5, 0) == pytest.approx(1 / 6) and hit_utility(1, 5, 1) == pytest.approx(5 / 42)
+    assert hit_utility(3, 3, 0) == pytest.approx(0.5) and hit_utility(3, 3, 1) == pytest.approx(180 / 840)
+    assert hit_utility(5, 1, 0) == pytest.approx(5 / 6) and hit_utility(5, 1, 1) == pytest.approx(5 / 42)
+    # the 12 largest: 5/6, 1/2, 3/14, 1/6, 5/42, 5/42, 3/28, 5/56, 5/72, 5/84, 1/18, 1/22 -> (6, 4, 2)
+    assert allocate([0, 2, 4], probes=4, extra=12) == [6, 4, 2]
+    assert allocate([0, 2, 4], probes=4, extra=0) == [0, 0, 0]
+    assert allocate([2, 2], probes=4, extra=3) == [2, 1]  # equal utilities: the earlier prompt first
+
+    order = PromptStream(NUM_PROMPTS, 0).take(0, 3)
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0) | {order[1]: 0.5, order[2]: 1.0}
+    cfg = make_cfg("hora", n=8, m=8, P=3, probe_rollouts=4)
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert sampler.calls_made == [(order, 4), ([order[2]], 2), ([order[1]], 4), ([order[0]], 6)]
+    assert batch.prompt == order and batch.sizes == [10, 8, 6] and sum(batch.sizes) == 3 * 8
+    assert stats == {"rounds": 4, "groups_sampled": 6, "group_size_min": 6, "group_size_max": 10}
+
+
+def test_vigor_and_hora_bad_settings_stop_with_one_line():
+    with pytest.raises(PodsBenchError) as error:
+        make_cfg("vigor", n=16, m=16, P=8)
+    assert str(error.value) == (
+        "config key allocation.vigor: its rounds spend 64 rollouts a step (8 x 2 + 4 x 4 + 2 x 8 + 1 x 16), the "
+        "budget is prompts_per_step x selection.n = 8 x 16 = 128; choose initial_rollouts, keep_share, growth and "
+        "rounds that spend it (e.g. selection.n = initial_rollouts x rounds with keep_share x growth = 1)"
+    )
+    make_cfg("vigor", n=16, m=16, P=8, initial_rollouts=4)  # 4 x 4 = 16: fits
+    with pytest.raises(PodsBenchError, match=r"^config key allocation.vigor.keep_share must be in \(0, 1\]$"):
+        make_cfg("vigor", n=8, m=8, P=8, keep_share=0)
+    with pytest.raises(PodsBenchError) as error:
+        make_cfg("hora", n=8, m=8, probe_rollouts=8)
+    assert str(error.value) == (
+        "config key allocation.hora.probe_rollouts must be in 1..selection.n - 1 = 7 (the probe is part of the n "
+        "rollouts a prompt gets on average), got 8"
+    )
+
+
 # --- configuration -------------------------------------------------------------------------------------
 
 
@@ -388,7 +464,7 @@ def test_bad_allocation_settings_are_one_line(overrides, message):
 
 
 def test_every_strategy_is_registered_and_composes_with_every_rule():
-    assert set(ALLOCATION_STRATEGIES) == {"uniform", "dynamic_sampling", "greso", "pilot_commit"}
+    assert set(ALLOCATION_STRATEGIES) == {"uniform", "dynamic_sampling", "greso", "pilot_commit", "vigor", "hora"}
     for strategy in ALLOCATION_STRATEGIES:
         for rule, m in [("max_variance", 4), ("random", 4), ("max_abs_advantage", 4), ("all", 8)]:
             cfg = config_from_dict(
@@ -432,15 +508,15 @@ def test_cppo_keeps_the_advantages_over_all_n_and_prunes_over_the_batch():
     )
     # over all n, unbiased std: group 0 mean 0.25, std 0.5 -> A = 1.5, -0.5, -0.5, -0.5;
     # group 1 mean 0.5, std 0.577 -> A = +-0.866
-    kept = keep_rollouts(rewards, groups, cppo_cfg("group", "all"), torch.Generator())
+    kept = keep_rollouts(groups, cppo_cfg("group", "all"), torch.Generator())
     assert [s.completion_ids for s in kept.sequences] == [[0], [1], [4], [5]]
     assert kept.sequences[0].advantage == pytest.approx(0.75 / (0.5 + 1e-4))
     assert kept.sequences[1].advantage == pytest.approx(-0.25 / (0.5 + 1e-4))  # not renormalised over the kept 2
     # batch scope: the 4 largest |A| of the batch: 1.5 and group 1's four 0.866s -> 1.5 and the first three
-    kept = keep_rollouts(rewards, groups, cppo_cfg("batch", "all"), torch.Generator())
+    kept = keep_rollouts(groups, cppo_cfg("batch", "all"), torch.Generator())
     assert [s.completion_ids for s in kept.sequences] == [[0], [4], [5], [6]]
     assert kept.rewards.tolist() == [1.0, 1.0, 1.0, 0.0]
     # PODS-style: renormalised over the kept (the default)
-    kept = keep_rollouts(rewards, groups, cppo_cfg("group", "kept"), torch.Generator())
+    kept = keep_rollouts(groups, cppo_cfg("group", "kept"), torch.Generator())
     assert all(isinstance(s, KeptRollout) for s in kept.sequences)
     assert kept.sequences[0].advantage == pytest.approx(0.5 / (0.7071 + 1e-4), rel=1e-3)

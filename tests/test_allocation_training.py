@@ -95,6 +95,33 @@ def test_every_strategy_trains_with_other_selection_rules(tmp_path, smoke_model_
     assert all(r["groups_trained"] == 4 and r["grad_norm"] > 0 and r["m"] == m for r in steps)
 
 
+@pytest.mark.parametrize("strategy", ["vigor", "hora"])
+def test_strategies_with_groups_of_different_sizes_train_every_rollout(
+    tmp_path, smoke_model_dir, strategy, monkeypatch
+):
+    """VIGOR (8 prompts: groups of 2, 2, 2, 2, 6, 6, 14, 30) and HORA (4 prompts, a probe of 4, the
+    other 16 rollouts by hit utility) spend P x n rollouts a step and, with rule "all", train on every
+    one of them, groups of different sizes in one update; a resumed run replays the steps exactly."""
+    witness = StepWitness(monkeypatch)
+    P = 8 if strategy == "vigor" else 4
+    sections = dict(prompts_per_step=P, selection={"rule": "all", "n": 8, "m": 8})
+    steps = read_lines(run(tmp_path / "straight", smoke_model_dir, strategy, 4, **sections) / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    for r, seen in zip(steps, witness.steps):
+        assert r["rollouts_generated"] == seen["rollouts"] == r["rollouts_in_groups"] == P * 8
+        assert seen["trained_rows"] == P * 8 and r["trained_tokens"] == seen["trained_tokens"]
+        assert r["groups_trained"] == P and r["grad_norm"] > 0
+    assert any(r["group_size_min"] < r["group_size_max"] for r in steps)
+    if strategy == "vigor":
+        assert all(sorted(seen["rows_per_prompt"].values()) == [2, 2, 2, 2, 6, 6, 14, 30] for seen in witness.steps)
+    else:  # the sizes follow the probes' outcomes
+        assert len({tuple(sorted(seen["rows_per_prompt"].values())) for seen in witness.steps}) > 1
+    run(tmp_path / "resumed", smoke_model_dir, strategy, 3, **sections)  # a checkpoint at step 3
+    run(tmp_path / "resumed", smoke_model_dir, strategy, 4, **sections)
+    logs = [without_timings(read_lines(tmp_path / d / "train_log.jsonl")) for d in ("straight", "resumed")]
+    assert logs[0] == logs[1]
+
+
 def test_cppo_batch_pruning_trains_on_groups_x_m_rollouts(tmp_path, smoke_model_dir, monkeypatch):
     """CPPO keeps the groups x m rollouts of the whole batch with the largest |advantage|: 16 of the
     32 rows are trained per step, taken unevenly from the groups (zero-variance groups, all of

@@ -250,3 +250,58 @@ def test_filter_and_advantages_validate_too():
         nonuniform_groups(torch.tensor([[float("nan"), 1.0]]))
     with pytest.raises(PodsBenchError, match="kept rewards must be 2-D"):
         group_advantages(torch.zeros(4))
+
+
+# --- groups of different sizes (VIGOR, HORA) ---------------------------------------------------------
+
+
+def _selection(**settings):
+    from pods_bench.config import config_from_dict
+
+    return config_from_dict({"selection": settings, "budget": {"max_steps": 1}}).selection
+
+
+def test_groups_of_different_sizes_keep_m_or_all_and_their_advantages_are_per_group():
+    from pods_bench.selection import choose
+
+    rewards = [torch.tensor(r, dtype=torch.float64) for r in ([1.0, 0.0], [0.0, 1.0, 1.0, 0.0], [1.0] * 4, [1.0])]
+    # PODS 4/2: a group of 2 keeps both, one of 4 its best 1 and 0, the all-equal group two zeros, the
+    # group of one its single rollout (smaller than m); unbiased std over the kept 2: 0.7071
+    c = choose(rewards, _selection(rule="max_variance", n=4, m=2))
+    assert c.groups == [0, 1, 2, 3]
+    assert c.rows.tolist() == [0, 0, 1, 1, 2, 2, 3]
+    assert c.cols.tolist()[:2] == [1, 0] and c.rewards.tolist() == [0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    a = 0.5 / (0.5**0.5 + 1e-4)
+    assert c.advantages.tolist() == pytest.approx([-a, a, -a, a, 0, 0, 0])
+    assert c.informative.tolist() == [True, True, False, False]
+    # GRPO ("all"): every rollout of every group, whatever its size
+    c = choose(rewards, _selection(rule="all", n=4, m=4))
+    assert c.rows.tolist() == [0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+    b = 0.5 / ((1 / 3) ** 0.5 + 1e-4)  # rewards 0, 1, 1, 0: mean 0.5, unbiased std 0.577
+    assert c.advantages.tolist() == pytest.approx([a, -a, -b, b, b, -b, 0, 0, 0, 0, 0])
+    # DAPO's filter drops the all-equal groups of any size
+    c = choose(rewards, _selection(rule="all", n=4, m=4, filter_uniform_groups=True))
+    assert c.groups == [0, 1] and c.rows.tolist() == [0, 0, 1, 1, 1, 1]
+
+
+def test_groups_of_one_size_as_a_list_choose_exactly_as_the_matrix():
+    from pods_bench.selection import choose
+
+    rewards = torch.tensor([[1.0, 0.0, 0.5, 0.5], [0.0, 0.0, 1.0, 0.2]], dtype=torch.float64)
+    for s in (_selection(rule="max_variance", n=4, m=2), _selection(rule="random", n=4, m=3)):
+        a = choose(rewards, s, torch.Generator().manual_seed(0))
+        b = choose(list(rewards), s, torch.Generator().manual_seed(0))
+        assert a.groups == b.groups and torch.equal(a.rows, b.rows) and torch.equal(a.cols, b.cols)
+        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.rewards, b.rewards)
+
+
+def test_batch_level_pruning_of_groups_of_different_sizes_is_one_line():
+    from pods_bench.selection import choose
+
+    s = _selection(rule="max_abs_advantage", n=4, m=2, advantage_over="all", scope="batch")
+    with pytest.raises(PodsBenchError) as error:
+        choose([torch.zeros(4, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)], s)
+    assert str(error.value) == (
+        "selection.scope: 'batch' (CPPO's batch-level pruning keeps groups x m rollouts) needs groups of one "
+        "size; this step's groups have 2-4 rollouts"
+    )

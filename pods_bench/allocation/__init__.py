@@ -1,9 +1,10 @@
 """Rollout allocation: which prompts get how many rollouts in a step (step 1-3 of pods_bench.train).
 
 A strategy's `collect(sampler)` (pods_bench/sampling.py: the seeded prompt stream, sampling and
-grading) returns the groups the step trains on, each of selection.n graded
-rollouts of one prompt; the selection rule then keeps m of each group (pods_bench/selection.py), so
-every strategy composes with every rule (Pilot-Commit + max_variance is PODS inside Pilot-Commit).
+grading) returns the groups the step trains on, each of graded rollouts of one prompt: selection.n
+of them, or (vigor, hora) as many as the strategy gave the prompt; the selection rule then keeps m
+of each group, or all of a group no larger than m (pods_bench/selection.py), so every strategy
+composes with every rule (Pilot-Commit + max_variance is PODS inside Pilot-Commit).
 
   uniform           the next P prompts, n rollouts each: GRPO and PODS as the paper runs them
   dynamic_sampling  DAPO: rounds of new prompts; groups whose n rewards are all equal are dropped
@@ -13,6 +14,10 @@ every strategy composes with every rule (Pilot-Commit + max_variance is PODS ins
   pilot_commit      Pilot-Commit: pilot new prompts with n_p rollouts; prompts whose pilot pass rate
                     is informative wait in a buffer; the batch commits n - n_p more rollouts to
                     buffered prompts and trains on pilot + commit as one group
+  vigor             VIGOR: rounds within the step; the prompts whose rewards vary most so far get
+                    growing numbers of rollouts; groups of different sizes
+  hora              HORA: a probe of G0 rollouts per prompt, the rest of the budget by marginal hit
+                    utility under a Beta posterior; groups of different sizes
 
 Each strategy registers itself in its own module with its settings dataclass, which the config
 types as the section `allocation.<strategy>` (pods_bench/plugins.py); its per-prompt state is saved
@@ -27,6 +32,7 @@ from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy
 # isort: off
 from pods_bench.allocation import uniform  # noqa: E402, F401
 from pods_bench.allocation import dynamic_sampling, greso, pilot_commit  # noqa: E402, F401
+from pods_bench.allocation import vigor, hora  # noqa: E402, F401
 # isort: on
 
 __all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "make_allocator"]

@@ -101,4 +101,4 @@ class DynamicSampling(AllocationStrategy):
             if not short_batch(self.name, self.settings, have, want, stats["rounds"], why):
                 break
         self.finish_step(sampler, stats)
-        return Groups.concat(parts, n), stats
+        return Groups.concat(parts), stats

@@ -159,7 +159,7 @@ class PilotCommit(AllocationStrategy):
             # 1. commit: the rest of the batch from the buffer, before this round's pilots join it
             commits = self.choose_commits(sampler.rng(stats["rounds"]), want - have)
             local, everyone = sampler.sample(commits, self.n_commit, owners=[self.buffer[p].owner for p in commits])
-            parts.append(Groups.concat([self.pilots.pop(p) for p in local.prompt], self.n_pilot).join(local))
+            parts.append(Groups.concat([self.pilots.pop(p) for p in local.prompt]).join(local))
             ages += [sampler.step - self.buffer.pop(p).step for p in commits]
             have += len(commits)
             # 2. pilot: new prompts; the informative ones wait in the buffer, the solved ones leave
@@ -197,7 +197,7 @@ class PilotCommit(AllocationStrategy):
             prompts_evicted=len(self.evicted),
             commit_age_mean=float(np.mean(ages)) if ages else None,
         )
-        return Groups.concat(parts, self.n_pilot + self.n_commit), stats
+        return Groups.concat(parts), stats
 
     # --- checkpoints --------------------------------------------------------------------------------
 

@@ -1,0 +1,90 @@
+"""HORA: hit-utility optimal rollout allocation within a step (arXiv 2605.07114), built from the
+method's summary in docs/allocation.md: the paper's full text and code were not at hand.
+
+Per step, for the next P prompts:
+
+  1. probe: G0 rollouts of each; s_i of prompt i's are correct
+  2. posterior of its pass rate p_i:  Beta(1 + s_i, 1 + G0 - s_i)   (uniform prior)
+  3. the remaining budget, P x selection.n - P x G0 rollouts (compute-matched to GRPO with n a
+     prompt), one rollout at a time to the prompt of highest marginal hit utility
+         u_i(l) = E[p_i (1 - p_i)^l] = B(a + 1, b + l) / B(a, b)      (a, b: the posterior's)
+     where l is the extra rollouts prompt i has so far. u_i falls with l, so this greedy is the
+     top (budget) of all prompts' marginal utilities.
+  4. the extra rollouts, joined to the probe: every group trains, whatever its size.
+
+Worked case (tests/test_allocation.py): G0 = 4, posteriors Beta(1, 5), Beta(3, 3), Beta(5, 1) and 12
+extra rollouts give (6, 4, 2).
+
+Choices of ours (labelled, not the paper's): equal utilities go to the prompt drawn first; the extra
+rollouts of the prompts that get the same number are sampled in one call; correctness (not the
+shaped reward) counts as a hit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, require
+from pods_bench.sampling import Groups, RolloutSampler
+
+
+@dataclass
+class HoraConfig:
+    """HORA (allocation.strategy: hora)."""
+
+    probe_rollouts: int = 4  # G0
+
+
+def hit_utility(a: float, b: float, extra: int) -> float:
+    """E[p (1 - p)^extra] for p ~ Beta(a, b): B(a + 1, b + extra) / B(a, b), through log-gamma."""
+    log_beta = lambda x, y: math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+    return math.exp(log_beta(a + 1, b + extra) - log_beta(a, b))
+
+
+def allocate(successes: list[int], probes: int, extra: int) -> list[int]:
+    """Extra rollouts per prompt: `extra` of them, greedily by marginal hit utility under
+    Beta(1 + s, 1 + probes - s); equal utilities to the earlier prompt."""
+    given = [0] * len(successes)
+    posterior = [(1 + s, 1 + probes - s) for s in successes]
+    heap = [(-hit_utility(a, b, 0), i) for i, (a, b) in enumerate(posterior)]
+    heapq.heapify(heap)
+    for _ in range(extra if successes else 0):
+        _, i = heapq.heappop(heap)
+        given[i] += 1
+        heapq.heappush(heap, (-hit_utility(*posterior[i], given[i]), i))
+    return given
+
+
+@ALLOCATION_STRATEGIES.register("hora", settings=HoraConfig)
+class Hora(AllocationStrategy):
+    name = "hora"
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        g0, n = cfg.allocation.hora.probe_rollouts, cfg.selection.n
+        require(
+            1 <= g0 < n,
+            f"config key allocation.hora.probe_rollouts must be in 1..selection.n - 1 = {n - 1} (the probe is "
+            f"part of the n rollouts a prompt gets on average), got {g0}",
+        )
+
+    def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
+        g0, n = self.cfg.allocation.hora.probe_rollouts, self.cfg.selection.n
+        prompts = sampler.draw(self.cfg.prompts_per_step)
+        local, everyone = sampler.sample(prompts, g0)
+        extra = allocate([round(sum(g.correct)) for g in everyone], g0, len(prompts) * (n - g0))
+        mine = {p: local.rows([i]) for i, p in enumerate(local.prompt)}
+        owner = {g.prompt: g.owner for g in everyone}
+        stats = {"rounds": 1, "groups_sampled": len(everyone)}
+        for k in sorted(set(extra) - {0}):
+            chosen = [p for p, e in zip(prompts, extra) if e == k]
+            more, graded = sampler.sample(chosen, k, owners=[owner[p] for p in chosen])
+            for i, p in enumerate(more.prompt):
+                mine[p] = mine[p].join(more.rows([i]))
+            stats["rounds"] += 1
+            stats["groups_sampled"] += len(graded)
+        sizes = [g0 + e for e in extra]
+        stats.update(group_size_min=min(sizes), group_size_max=max(sizes))
+        return Groups.concat([mine[p] for p in prompts if p in mine]), stats
