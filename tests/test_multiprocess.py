@@ -181,3 +181,35 @@ def test_two_processes_share_one_allocation_state(tmp_path, smoke_model_dir):
         owned = sorted(p for p, _, owner, _, _ in state["buffer"] if owner == rank)
         assert sorted(state["pilots"]) == owned
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
+
+
+@pytest.mark.slow
+def test_two_processes_train_groups_of_different_sizes(tmp_path, smoke_model_dir):
+    """VIGOR on two processes: each samples its 4 of the 8 prompts in every round (a group's later
+    rounds on the process that holds its first), so the groups of different sizes are split between
+    the processes; the log counts all 64 rollouts of each step once and both end with the same weights."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "train.yaml"
+    cfg = tiny_run(
+        run_dir,
+        model={"name": str(smoke_model_dir)},
+        task={"name": "arith", "system_prompt": "", "limit": 24},
+        sampling={"temperature": 1.0, "max_new_tokens": 24},
+        prompts_per_step=8,
+        selection={"rule": "all", "n": 8, "m": 8},
+        allocation={"strategy": "vigor"},
+        optim={"lr": 1e-4, "micro_batch_size": 32},
+        budget={"max_steps": 2},
+        eval={"inline": False},
+    )
+    config.write_text(yaml.safe_dump(cfg))
+    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = read_lines(run_dir / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["rollouts_generated"] == r["rollouts_in_groups"] == 64 and r["groups_trained"] == 8
+        assert (r["group_size_min"], r["group_size_max"], r["rounds"]) == (2, 30, 4)
+    folder = run_dir / "checkpoints" / "step-000002"
+    ranks = [torch.load(folder / f"rank-{r}.pt", weights_only=False) for r in (0, 1)]
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
