@@ -143,27 +143,37 @@ def test_two_processes_killed_together_resume_like_a_straight_run(tmp_path, opti
     assert final(runs["killed"]) == final(runs["straight"])
 
 
+def train_warm_started_on_two_processes(tmp_path, smoke_model_dir, **sections) -> None:
+    """A run in tmp_path/run on two processes from the warm-started model (groups are mixed), the
+    allocation and selection of `sections`."""
+    config = tmp_path / "train.yaml"
+    cfg = tiny_run(
+        tmp_path / "run",
+        model={"name": str(smoke_model_dir)},
+        task={"name": "arith", "system_prompt": "", "limit": 24},
+        sampling={"temperature": 1.0, "max_new_tokens": 24},
+        optim={"lr": 1e-4, "micro_batch_size": 32},
+        eval={"inline": False},
+        **sections,
+    )
+    config.write_text(yaml.safe_dump(cfg))
+    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_two_processes_share_one_allocation_state(tmp_path, smoke_model_dir):
     """Pilot-Commit on two processes: every prompt decision is made from all-gathered outcomes, so the
     buffer's metadata, the evicted set and the log are one; each process holds the pilot rollouts it
     sampled and commits them itself. The warm-started model, so that pilots pass the window."""
     run_dir = tmp_path / "run"
-    config = tmp_path / "train.yaml"
-    cfg = tiny_run(
-        run_dir,
-        model={"name": str(smoke_model_dir)},
-        task={"name": "arith", "system_prompt": "", "limit": 24},
-        sampling={"temperature": 1.0, "max_new_tokens": 24},
+    train_warm_started_on_two_processes(
+        tmp_path,
+        smoke_model_dir,
         selection={"rule": "max_variance", "n": 8, "m": 4},
         allocation={"strategy": "pilot_commit", "pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}},
-        optim={"lr": 1e-4, "micro_batch_size": 32},
         budget={"max_steps": 4},
-        eval={"inline": False},
     )
-    config.write_text(yaml.safe_dump(cfg))
-    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
-    assert done.returncode == 0, done.stderr[-3000:]
 
     steps = read_lines(run_dir / "train_log.jsonl")
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
@@ -189,22 +199,14 @@ def test_two_processes_train_groups_of_different_sizes(tmp_path, smoke_model_dir
     rounds on the process that holds its first), so the groups of different sizes are split between
     the processes; the log counts all 64 rollouts of each step once and both end with the same weights."""
     run_dir = tmp_path / "run"
-    config = tmp_path / "train.yaml"
-    cfg = tiny_run(
-        run_dir,
-        model={"name": str(smoke_model_dir)},
-        task={"name": "arith", "system_prompt": "", "limit": 24},
-        sampling={"temperature": 1.0, "max_new_tokens": 24},
+    train_warm_started_on_two_processes(
+        tmp_path,
+        smoke_model_dir,
         prompts_per_step=8,
         selection={"rule": "all", "n": 8, "m": 8},
         allocation={"strategy": "vigor"},
-        optim={"lr": 1e-4, "micro_batch_size": 32},
         budget={"max_steps": 2},
-        eval={"inline": False},
     )
-    config.write_text(yaml.safe_dump(cfg))
-    done = subprocess.run(two_process_command(config), capture_output=True, text=True, timeout=600, env=ENV)
-    assert done.returncode == 0, done.stderr[-3000:]
     steps = read_lines(run_dir / "train_log.jsonl")
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
