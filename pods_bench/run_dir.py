@@ -81,6 +81,10 @@ class StepRecord:
     decode_sequence_steps: int
     micro_batches: int
     update_tokens: int
+    flops_gen: float  # these four: FLOPs of the step by phase (pods_bench/flops.py)
+    flops_update: float
+    flops_reference: float
+    flops_reward: float
     allocation_counters: dict = field(default_factory=dict)
 
     def as_line(self) -> dict:

@@ -224,6 +224,7 @@ class RolloutSampler:
 
     Collaborators: `prompts` (rendered prompt texts) and `problems` (their gold answers) of the
     training split, `engine` (generate(prompts, k, sampling) -> Rollouts, pods_bench/engines/),
+    `flops` (pods_bench.flops.FlopsCounter: the generation FLOPs it counts; None: none),
     `grade` (texts, golds -> RewardBreakdown: pods_bench.rewards.RewardFunction), this process's
     `rank` of `world`, and `device` for timing."""
 
@@ -241,10 +242,11 @@ class RolloutSampler:
         rank: int = 0,
         world: int = 1,
         device: torch.device | None = None,
+        flops: Any = None,
     ):
         self.cfg, self.stream, self.step, self.cursor = cfg, stream, step, cursor
         self.prompts, self.problems, self.engine, self.grade = prompts, problems or [], engine, grade
-        self.rank, self.world, self.device = rank, world, device
+        self.rank, self.world, self.device, self.flops = rank, world, device, flops
         self.times: dict[str, float] = {}  # the step's "gen" and "reward" seconds on this process
         self.calls = 0
         # this process's sampling work in the step (summed over processes in the log)
@@ -254,6 +256,7 @@ class RolloutSampler:
             "decode_steps": 0,
             "decode_sequence_steps": 0,
             "reward_failures": 0,
+            "flops_gen": 0.0,
         }
 
     @property
@@ -332,6 +335,11 @@ class RolloutSampler:
             self.counts["decode_steps"] += rollouts.decode_steps
             self.counts["decode_sequence_steps"] += rollouts.decode_sequence_steps
             self.counts["reward_failures"] += graded.n_timeouts + graded.n_errors
+            if self.flops is not None:
+                self.counts["flops_gen"] += sum(
+                    self.flops.generation(len(p), [len(c) for c in group])
+                    for p, group in zip(rollouts.prompt_ids, rollouts.completion_ids)
+                )
         with timed(self.times, "reward", self.device):
             everyone = self.gather(
                 [

@@ -51,6 +51,7 @@ from pods_bench.engines import make_engine
 from pods_bench.errors import PodsBenchError
 from pods_bench.evaluate import evaluate_missing, load_benchmarks
 from pods_bench.failpoints import failpoint
+from pods_bench.flops import FlopsCounter
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
 from pods_bench.logprobs import head_returns_logprobs
 from pods_bench.rewards import RewardFunction
@@ -481,6 +482,11 @@ def step_record(
         decode_sequence_steps=int(sums["decode_sequence_steps"]),
         micro_batches=int(sums["micro_batches"]),
         update_tokens=int(sums["update_tokens"]),
+        # FLOPs by phase, summed over processes (pods_bench/flops.py); the verifier's are not counted
+        flops_gen=sums["flops_gen"],
+        flops_update=sums["flops_update"],
+        flops_reference=sums["flops_reference"],
+        flops_reward=0.0,
         allocation_counters=allocation,  # rounds, groups_sampled and the strategy's own (docs/results-format.md)
     )
 
@@ -600,6 +606,7 @@ class Run:
     progress: Progress = field(default_factory=Progress)
     engine: Any = None
     reward_fn: Any = None
+    flops: FlopsCounter | None = None  # the step's FLOPs by phase (pods_bench/flops.py)
 
     @property
     def accelerator(self):
@@ -647,6 +654,7 @@ def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tupl
     generator = torch.Generator().manual_seed(derived_seed(cfg.seed, accelerator.process_index, 1))
     allocator = make_allocator(cfg, len(problems))
     run = Run(cfg, learner, tokenizer, problems, prompts, benchmarks, generator, allocator)
+    run.flops = FlopsCounter.of(learner.policy, cfg)
     if resume_from is not None:
         state = ckpt.load_training_state(resume_from, learner, generator, allocator)
         step, clock = state["step"], state["train_time_s"]
@@ -700,6 +708,7 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
         rank=accelerator.process_index,
         world=accelerator.num_processes,
         device=accelerator.device,
+        flops=run.flops,
     )
     started = time.perf_counter()
     with gathered(run.learner.model, run.engine):  # sharded weights: whole while HF generate samples
@@ -726,7 +735,9 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
     )
     p.clock += phase_times["step"]
     p.step += 1
-    sums = all_reduce(step_sums(batch, kept, sampler.counts, update), accelerator)
+    trained = [len(s.prompt_ids) + len(s.completion_ids) for s in kept.sequences]
+    flops = {"flops_update": run.flops.update(trained), "flops_reference": run.flops.reference(trained)}
+    sums = all_reduce({**step_sums(batch, kept, sampler.counts, update), **flops}, accelerator)
     return step_record(cfg, p, phase_times, sums, update, allocation)
 
 

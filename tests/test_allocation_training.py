@@ -112,6 +112,16 @@ def test_strategies_with_groups_of_different_sizes_train_every_rollout(
         assert seen["trained_rows"] == P * 8 and r["trained_tokens"] == seen["trained_tokens"]
         assert r["groups_trained"] == P and r["grad_norm"] > 0
     assert any(r["group_size_min"] < r["group_size_max"] for r in steps)
+    # the FLOPs by phase, recounted from the witnessed sequences (pods_bench/flops.py's convention)
+    from transformers import AutoModelForCausalLM
+
+    from pods_bench.flops import FlopsCounter
+
+    counter = FlopsCounter.of(AutoModelForCausalLM.from_pretrained(smoke_model_dir), config_from_dict({}))
+    for r, seen in zip(steps, witness.steps):
+        assert r["flops_gen"] == pytest.approx(sum(counter.generation(p, c) for p, c in seen["generated"]))
+        assert r["flops_update"] == pytest.approx(3 * sum(counter.forward(t) for t in seen["trained_lengths"]))
+        assert r["flops_reference"] == r["flops_reward"] == 0 and r["flops_gen"] > 0
     if strategy == "vigor":
         assert all(sorted(seen["rows_per_prompt"].values()) == [2, 2, 2, 2, 6, 6, 14, 30] for seen in witness.steps)
     else:  # the sizes follow the probes' outcomes

@@ -59,6 +59,10 @@ def write_run(experiment: Path, arm: str, seed: int) -> Path:
                 m=m,
                 generated_tokens=8 * n * 20,
                 trained_tokens=8 * m * 20,
+                flops_gen=8 * n * 1000.0,  # 1,000 a rollout generated, 3,000 a sequence trained
+                flops_update=8 * m * 3000.0,
+                flops_reference=0.0,
+                flops_reward=0.0,
                 reward_mean=0.5,
                 reward_std=0.3,
                 reward_mean_kept=0.5,
@@ -143,6 +147,8 @@ def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsy
     assert cost.loc[("rollouts", "pods"), "speedup"] == pytest.approx(1600 / 4992)
     assert cost.loc[("tokens", "pods"), "speedup"] == pytest.approx(1600 / 4992)  # 20 tokens per completion
     assert cost.loc[("rollouts", "grpo"), "speedup"] == pytest.approx(1.0)
+    # FLOPs: GRPO 32 x 1,000 + 32 x 3,000 a step for 50 steps, PODS 128 x 1,000 + 32 x 3,000 for 39
+    assert cost.loc[("flops", "pods"), "speedup"] == pytest.approx(50 * 128_000 / (39 * 224_000))
 
     assert main(["plot", str(experiment), "--out", str(figures)]) == 0
     for stem in ("accuracy", "length", "accuracy-rollouts"):

@@ -184,5 +184,5 @@ def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
         strategy = spec.get("set", {}).get("allocation.strategy", "uniform")
         assert [r["step"] for r in steps] == [1, 2] and {r["allocation"] for r in steps} == {strategy}, arm
     cost = pd.read_csv(exp / "summary" / "cost.csv")
-    assert set(cost["axis"]) == {"rollouts", "tokens"} and set(cost["arm"]) == set(arms)
+    assert set(cost["axis"]) == {"rollouts", "tokens", "flops"} and set(cost["arm"]) == set(arms)
     assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == set(arms)

@@ -71,7 +71,15 @@ class StepWitness:
 
         def train_step(*args, **kwargs):
             self.steps.append(
-                {"rollouts": 0, "generated_tokens": 0, "trained_rows": 0, "trained_tokens": 0, "rows_per_prompt": {}}
+                {
+                    "rollouts": 0,
+                    "generated_tokens": 0,
+                    "trained_rows": 0,
+                    "trained_tokens": 0,
+                    "rows_per_prompt": {},
+                    "generated": [],  # (prompt length, [completion lengths]) of each group generated
+                    "trained_lengths": [],  # prompt + completion tokens of each sequence trained
+                }
             )
             inside.append(True)
             try:
@@ -85,12 +93,16 @@ class StepWitness:
                 step = self.steps[-1]
                 step["rollouts"] += sum(len(group) for group in rollouts.completion_ids)
                 step["generated_tokens"] += sum(len(c) for group in rollouts.completion_ids for c in group)
+                step["generated"] += [
+                    (len(p), [len(c) for c in group]) for p, group in zip(rollouts.prompt_ids, rollouts.completion_ids)
+                ]
             return rollouts
 
         def update_policy(learner, sequences, *args, **kwargs):
             step = self.steps[-1]
             step["trained_rows"] += len(sequences)
             step["trained_tokens"] += sum(len(s.completion_ids) for s in sequences)
+            step["trained_lengths"] += [len(s.prompt_ids) + len(s.completion_ids) for s in sequences]
             for s in sequences:
                 key = tuple(s.prompt_ids)
                 step["rows_per_prompt"][key] = step["rows_per_prompt"].get(key, 0) + 1

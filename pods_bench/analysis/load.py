@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from pods_bench.analysis import paper_logs
 from pods_bench.analysis.tidy import (
     ACCURACY_METRICS,
+    COST_AXES,
     EVAL_COLUMNS,
     LENGTH_METRIC,
     STEP_TIME_COLUMNS,
@@ -149,7 +150,7 @@ def _align_checkpoints(evals: pd.DataFrame, warnings: list[str]) -> pd.DataFrame
     k = evals.groupby(["arm", "seed", "benchmark", "metric"]).cumcount()
     same = evals.groupby([evals["arm"], evals["benchmark"], evals["metric"], k])["raw_time_s"]
     evals["time_s"] = same.transform("median")
-    for axis in ("rollouts", "tokens"):  # the same grid on the cost axes: median over seeds
+    for axis in COST_AXES:  # the same grid on the cost axes: median over seeds
         evals[axis] = evals.groupby([evals["arm"], evals["benchmark"], evals["metric"], k])[f"raw_{axis}"].transform(
             "median"
         )
@@ -205,7 +206,7 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
                 benchmark=str(r["benchmark"]),
                 n_problems=int(r["n_problems"]),
             )
-            base["raw_rollouts"], base["raw_tokens"] = spent.get(base["step"], (np.nan, np.nan))
+            base.update(zip((f"raw_{axis}" for axis in COST_AXES), spent.get(base["step"], (np.nan,) * 3)))
         except (KeyError, TypeError, ValueError) as e:
             raise PodsBenchError(f"{eval_path}: line {i} lacks a valid {e}") from None
         for metric in (*ACCURACY_METRICS, LENGTH_METRIC):
@@ -233,16 +234,18 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
     )
 
 
-def _cumulative_cost(steps: list[dict]) -> dict[int, tuple[float, float]]:
-    """step -> (completions, completion tokens) generated up to and including it (0 at step 0).
-    Logs written before `rollouts_generated` existed give P x G x n per step."""
-    out, rollouts, tokens = {0: (0.0, 0.0)}, 0.0, 0.0
+def _cumulative_cost(steps: list[dict]) -> dict[int, tuple[float, float, float]]:
+    """step -> (completions, completion tokens, FLOPs) spent up to and including it (0 at step 0).
+    Logs written before `rollouts_generated` existed give P x G x n per step; before the FLOPs were
+    counted, NaN FLOPs."""
+    out, rollouts, tokens, flops = {0: (0.0, 0.0, 0.0)}, 0.0, 0.0, 0.0
     for r in sorted(steps, key=lambda r: r["step"]):
         generated = r.get("rollouts_generated")
         if generated is None:
             generated = r.get("prompts", 0) * r.get("groups_per_prompt", 1) * r.get("n", 0)
         rollouts, tokens = rollouts + generated, tokens + r.get("generated_tokens", 0)
-        out[int(r["step"])] = (rollouts, tokens)
+        flops += sum(r.get(f"flops_{phase}", np.nan) for phase in ("gen", "update", "reference", "reward"))
+        out[int(r["step"])] = (rollouts, tokens, flops)
     return out
 
 

@@ -34,7 +34,14 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from pods_bench.analysis.tidy import EVAL_COLUMNS, STEP_TIME_COLUMNS, Experiment, arm_table, grpo_or_pods_name
+from pods_bench.analysis.tidy import (
+    COST_AXES,
+    EVAL_COLUMNS,
+    STEP_TIME_COLUMNS,
+    Experiment,
+    arm_table,
+    grpo_or_pods_name,
+)
 from pods_bench.errors import PodsBenchError
 
 
@@ -189,7 +196,8 @@ class _Group:
         evals = pd.DataFrame(self.rows)
         counts = {b: infer_sample_count(v) for b, v in self.raw_accuracies.items()}
         evals["n_problems"] = evals["benchmark"].map(counts).astype("Int64")
-        evals["rollouts"] = evals["tokens"] = float("nan")  # the published logs do not count them
+        for axis in COST_AXES:  # the published logs do not count them
+            evals[axis] = float("nan")
         evals = evals[EVAL_COLUMNS].sort_values(["arm", "seed", "benchmark", "metric", "time_s"], ignore_index=True)
         arms = arm_table(self.arms)
         grpo = arms[arms["n"] == arms["m"]]["arm"]

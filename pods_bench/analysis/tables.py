@@ -26,7 +26,7 @@ import pandas as pd
 import scipy.stats
 
 from pods_bench.analysis.speedup import GAIN_FRACTIONS, compare_arms
-from pods_bench.analysis.tidy import ACCURACY_METRICS, Experiment
+from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, Experiment
 from pods_bench.io import atomic_write_text, atomic_write_with
 
 # what `aggregate` writes to <out>/<experiment>/summary/ (the outputs a workflow rule declares)
@@ -79,13 +79,11 @@ def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), pro
 
 
 def cost_table(exp: Experiment, compare) -> pd.DataFrame:
-    """`compare` (compare_arms with the summary's arms and options) on the rollouts and tokens axes,
+    """`compare` (compare_arms with the summary's arms and options) on the cost axes (rollouts, tokens, FLOPs),
     one block of rows per axis; no rows for an experiment whose checkpoints lack them (the published
     logs)."""
     blocks = [
-        compare(progress=False, axis=axis).assign(axis=axis)
-        for axis in ("rollouts", "tokens")
-        if not exp.evals[axis].isna().any()
+        compare(progress=False, axis=axis).assign(axis=axis) for axis in COST_AXES if not exp.evals[axis].isna().any()
     ]
     if not blocks:
         return pd.DataFrame(columns=["axis"])

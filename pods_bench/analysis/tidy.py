@@ -44,10 +44,13 @@ EVAL_COLUMNS = [
     "n_problems",
     "rollouts",
     "tokens",
+    "flops",
 ]
-# x-axes an arm's curve can be read on: the training clock, and what the run generated up to the
-# checkpoint (cumulative rollouts and completion tokens; own runs only, NaN for the published logs)
-AXES = {"time": "time_s", "rollouts": "rollouts", "tokens": "tokens"}
+# x-axes an arm's curve can be read on: the training clock, and what the run spent up to the
+# checkpoint (cumulative rollouts, completion tokens and FLOPs of every phase, pods_bench/flops.py;
+# own runs only, NaN for the published logs and for FLOPs in logs written before they were counted)
+COST_AXES = ("rollouts", "tokens", "flops")
+AXES = {"time": "time_s", **{axis: axis for axis in COST_AXES}}
 STEP_TIME_COLUMNS = ["experiment", "arm", "seed", "phase", "seconds_per_step"]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
 ACCURACY_METRICS = ("answer_acc", "format_acc", "both_acc")

@@ -1,0 +1,42 @@
+"""The FLOPs convention of pods_bench/flops.py on the tiny model, counted by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from pods_bench.config import config_from_dict
+from pods_bench.flops import FlopsCounter
+from pods_bench.models import TinyModelConfig, build_char_tokenizer, build_tiny_model
+
+DIMS = dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=192)
+
+
+def counter(**sections) -> tuple[FlopsCounter, int]:
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(TinyModelConfig(**DIMS), tokenizer)
+    cfg = config_from_dict({"budget": {"max_steps": 1}, **sections})
+    if cfg.lora.enabled:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora.r, target_modules=cfg.lora.target_modules))
+    return FlopsCounter.of(model, cfg), model.config.vocab_size
+
+
+def test_the_weights_are_every_linear_layer_and_the_passes_follow_the_config():
+    c, vocab = counter()
+    # per layer q 64x64, k 64x32, v 64x32, o 64x64, gate / up 64x192, down 192x64; the (tied) LM head
+    per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 192
+    assert c.weights == 2 * per_layer + vocab * 64
+    assert (c.layers, c.attention_width, c.update_passes, c.reference_passes) == (2, 64, 3.0, 0)
+    # F(T) = 2 N T + 2 L d T (T + 1)
+    assert c.forward(10) == 2 * c.weights * 10 + 2 * 2 * 64 * 10 * 11
+    assert c.generation(7, [4, 1]) == c.forward(10) + c.forward(7)  # the last position is not processed
+    assert c.update([10, 7]) == 3 * (c.forward(10) + c.forward(7))
+    assert c.reference([10]) == 0
+
+    lora, _ = counter(lora={"enabled": True, "r": 4, "target_modules": ["q_proj"]})
+    assert lora.weights == c.weights + 2 * (64 * 4 + 4 * 64)  # two adapters' A and B
+    assert lora.update_passes == 2.0
+    assert counter(model={"gradient_checkpointing": True})[0].update_passes == 4.0
+    assert counter(optim={"updates_per_batch": 2})[0].update_passes == pytest.approx(3 * 2 + 1)
+    assert counter(loss={"beta": 0.04})[0].reference_passes == 1
