@@ -117,7 +117,9 @@ def test_strategies_with_groups_of_different_sizes_train_every_rollout(
 
     from pods_bench.flops import FlopsCounter
 
-    counter = FlopsCounter.of(AutoModelForCausalLM.from_pretrained(smoke_model_dir), config_from_dict({}))
+    counter = FlopsCounter.of(
+        AutoModelForCausalLM.from_pretrained(smoke_model_dir), config_from_dict({"budget": {"max_steps": 1}})
+    )
     for r, seen in zip(steps, witness.steps):
         assert r["flops_gen"] == pytest.approx(sum(counter.generation(p, c) for p, c in seen["generated"]))
         assert r["flops_update"] == pytest.approx(3 * sum(counter.forward(t) for t in seen["trained_lengths"]))
