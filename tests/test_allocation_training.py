@@ -105,8 +105,8 @@ def test_strategies_with_groups_of_different_sizes_train_every_rollout(
     witness = StepWitness(monkeypatch)
     P = 8 if strategy == "vigor" else 4
     sections = dict(prompts_per_step=P, selection={"rule": "all", "n": 8, "m": 8})
-    steps = read_lines(run(tmp_path / "straight", smoke_model_dir, strategy, 4, **sections) / "train_log.jsonl")
-    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    steps = read_lines(run(tmp_path / "straight", smoke_model_dir, strategy, 3, **sections) / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2, 3]
     for r, seen in zip(steps, witness.steps):
         assert r["rollouts_generated"] == seen["rollouts"] == r["rollouts_in_groups"] == P * 8
         assert seen["trained_rows"] == P * 8 and r["trained_tokens"] == seen["trained_tokens"]
@@ -128,8 +128,8 @@ def test_strategies_with_groups_of_different_sizes_train_every_rollout(
         assert all(sorted(seen["rows_per_prompt"].values()) == [2, 2, 2, 2, 6, 6, 14, 30] for seen in witness.steps)
     else:  # the sizes follow the probes' outcomes
         assert len({tuple(sorted(seen["rows_per_prompt"].values())) for seen in witness.steps}) > 1
-    run(tmp_path / "resumed", smoke_model_dir, strategy, 3, **sections)  # a checkpoint at step 3
-    run(tmp_path / "resumed", smoke_model_dir, strategy, 4, **sections)
+    run(tmp_path / "resumed", smoke_model_dir, strategy, 2, **sections)  # ends with a checkpoint at step 2
+    run(tmp_path / "resumed", smoke_model_dir, strategy, 3, **sections)
     logs = [without_timings(read_lines(tmp_path / d / "train_log.jsonl")) for d in ("straight", "resumed")]
     assert logs[0] == logs[1]
 

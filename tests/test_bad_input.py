@@ -284,7 +284,7 @@ CASES = [
         train_config(),
         TRAIN + " --set allocation.strategy=dapo",
         "pods-bench: error: config key allocation.strategy: unknown strategy 'dapo'; "
-        "choose from uniform, dynamic_sampling, greso, pilot_commit",
+        "choose from uniform, dynamic_sampling, greso, pilot_commit, vigor, hora",
         NO_RUN,
     ),
     Case(
