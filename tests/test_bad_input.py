@@ -161,7 +161,7 @@ def top(**change) -> Callable[[dict], None]:
 
 
 def pods_arm(**change) -> Callable[[dict], None]:
-    return lambda cfg: cfg["arms"]["pods_n16_m4"].update(change)
+    return lambda cfg: cfg["arms"]["pods_n16_m8"].update(change)
 
 
 PUBLISHED_NAMES = "Instruct-<DATASET>[-<RULE>]-<len>-<n>-<m>[-<extra>]-Run<k>.json or <prefix>-acc.csv"
@@ -497,21 +497,21 @@ CASES = [
         workflow_config(top(analysis={"baseline": "grpo"})),
         DRY_RUN,
         WORKFLOW + "config key budget_in_baseline_steps counts the steps of analysis.baseline: set it to one of the "
-        "arms (grpo_n16_m16, pods_n16_m4), got 'grpo'",
+        "arms (grpo_n16_m16, pods_n16_m8), got 'grpo'",
         NO_RESULTS,
     ),
     Case(
         "experiment config: unknown key of an arm",
         workflow_config(pods_arm(k=2)),
         DRY_RUN,
-        WORKFLOW + "unknown config key arms.pods_n16_m4.k (allowed here: m, n, rule, set)",
+        WORKFLOW + "unknown config key arms.pods_n16_m8.k (allowed here: m, n, rule, set)",
         NO_RESULTS,
     ),
     Case(
         "experiment config: value of the wrong type",
         workflow_config(pods_arm(n="many")),
         DRY_RUN,
-        WORKFLOW + "config key arms.pods_n16_m4.n must be integer, got the string 'many'",
+        WORKFLOW + "config key arms.pods_n16_m8.n must be integer, got the string 'many'",
         NO_RESULTS,
     ),
     Case(
@@ -525,14 +525,14 @@ CASES = [
         "experiment config: n < 2 in an arm",
         workflow_config(pods_arm(n=1)),
         DRY_RUN,
-        WORKFLOW + "config key arms.pods_n16_m4.n: 1 is less than the minimum of 2",
+        WORKFLOW + "config key arms.pods_n16_m8.n: 1 is less than the minimum of 2",
         NO_RESULTS,
     ),
     Case(
         "experiment config: m > n in an arm",
         workflow_config(pods_arm(m=32)),
         DRY_RUN,
-        WORKFLOW + "arms.pods_n16_m4: config key selection.m (32) must be <= selection.n (16)",
+        WORKFLOW + "arms.pods_n16_m8: config key selection.m (32) must be <= selection.n (16)",
         NO_RESULTS,
     ),
     Case(

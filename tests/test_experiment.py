@@ -80,7 +80,7 @@ def test_a_budget_without_time_needs_a_runtime():
 
 def test_one_process_runs_the_package():
     _, setup, arms = loaded("smoke")
-    assert jobs.train_launcher(setup, arms["pods_n16_m4"]) == "python -m pods_bench"
+    assert jobs.train_launcher(setup, arms["pods_n16_m8"]) == "python -m pods_bench"
 
 
 def test_several_processes_go_through_accelerate():
@@ -91,7 +91,7 @@ def test_several_processes_go_through_accelerate():
     )
     # the CPU setup with two processes: the same launcher, the trainer's own mixed precision
     _, setup, arms = loaded("smoke", hardware="cpu_ddp")
-    line = jobs.train_launcher(setup, arms["pods_n16_m4"])
+    line = jobs.train_launcher(setup, arms["pods_n16_m8"])
     assert line.startswith("accelerate launch --num_processes 2 --num_machines 1 ") and "--multi_gpu" in line
 
 
@@ -115,8 +115,8 @@ def test_set_flags_are_quoted_for_the_shell():
 
 def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
     config, _, arms = loaded("smoke")
-    assert jobs.finished_run(config, "pods_n16_m4", 3, arms["pods_n16_m4"]) == (
-        "results/smoke/runs/pods_n16_m4/seed3/eval.done"
+    assert jobs.finished_run(config, "pods_n16_m8", 3, arms["pods_n16_m8"]) == (
+        "results/smoke/runs/pods_n16_m8/seed3/eval.done"
     )
     config, _, arms = loaded("h100x8")  # evaluated inline: no evaluation job
     assert jobs.finished_run(config, "grpo_n32_m32", 21, arms["grpo_n32_m32"]) == (
@@ -128,9 +128,9 @@ def test_a_seed_waits_for_every_arm_of_the_seed_before_it():
     config, _, _ = loaded("smoke")  # seeds [0, 1, 2, 3, 4], pair_seeds by default
     assert config.pair_seeds is True
     assert jobs.previous_seed_runs(config, 0) == []
-    assert jobs.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m4", 2)]
+    assert jobs.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m8", 2)]
     config.seeds = [7, 2]  # the order of `seeds`, not their values
-    assert jobs.previous_seed_runs(config, 2) == [("grpo_n16_m16", 7), ("pods_n16_m4", 7)]
+    assert jobs.previous_seed_runs(config, 2) == [("grpo_n16_m16", 7), ("pods_n16_m8", 7)]
     config.pair_seeds = False
     assert jobs.previous_seed_runs(config, 2) == []
 
@@ -195,7 +195,7 @@ def test_the_experiment_dataclass_follows_the_schema():
         validate(by_snakemake, str(experiment.SCHEMA))
         assert experiment.Experiment.from_config(config).to_dict() == by_snakemake, config["experiment"]
     typed = experiment.Experiment.from_config(bare)
-    assert typed.arms["pods_n16_m4"].set == {} and typed.pair_seeds is True  # defaults at two levels
+    assert typed.arms["pods_n16_m8"].set == {} and typed.pair_seeds is True  # defaults at two levels
     assert "pair_seeds" not in bare
 
 
@@ -220,16 +220,16 @@ def test_plan_reads_an_experiment_without_snakemake(tmp_path):
 
 def test_schema_error_lines_name_the_key():
     config = raw("smoke")
-    config["arms"]["pods_n16_m4"]["k"] = 2
-    assert experiment.schema_error(config) == "unknown config key arms.pods_n16_m4.k (allowed here: m, n, rule, set)"
+    config["arms"]["pods_n16_m8"]["k"] = 2
+    assert experiment.schema_error(config) == "unknown config key arms.pods_n16_m8.k (allowed here: m, n, rule, set)"
     config = raw("smoke")
     del config["benchmark"]
     assert experiment.schema_error(config) == "missing config key benchmark"
     config = raw("smoke")
-    config["arms"]["pods_n16_m4"]["n"] = 1
-    assert experiment.schema_error(config) == "config key arms.pods_n16_m4.n: 1 is less than the minimum of 2"
+    config["arms"]["pods_n16_m8"]["n"] = 1
+    assert experiment.schema_error(config) == "config key arms.pods_n16_m8.n: 1 is less than the minimum of 2"
     # a section that may also be null: the mistake inside it, or what it may be
-    config["arms"]["pods_n16_m4"]["n"] = 16
+    config["arms"]["pods_n16_m8"]["n"] = 16
     config["budget_in_baseline_steps"] = {"step": 3}
     assert experiment.schema_error(config) == (
         "unknown config key budget_in_baseline_steps.step (allowed here: checkpoints, steps, timed_steps)"
@@ -268,15 +268,15 @@ def test_trainer_mistakes_name_train_or_the_arm():
     with pytest.raises(PodsBenchError, match=r"^train: unknown config key optim.lrr \(did you mean optim.lr\?\)$"):
         experiment.resolve_runs(bad, setup)
     bad = copy.deepcopy(config)
-    bad.arms["pods_n16_m4"].m = 32
+    bad.arms["pods_n16_m8"].m = 32
     with pytest.raises(
-        PodsBenchError, match=r"^arms.pods_n16_m4: config key selection.m \(32\) must be <= selection.n \(16\)$"
+        PodsBenchError, match=r"^arms.pods_n16_m8: config key selection.m \(32\) must be <= selection.n \(16\)$"
     ):
         experiment.resolve_runs(bad, setup)
     bad = copy.deepcopy(config)
-    bad.arms["pods_n16_m4"].set = {"seed": 3}
+    bad.arms["pods_n16_m8"].set = {"seed": 3}
     with pytest.raises(
-        PodsBenchError, match=r"^config key arms.pods_n16_m4.set.seed is set by the workflow: use seeds instead$"
+        PodsBenchError, match=r"^config key arms.pods_n16_m8.set.seed is set by the workflow: use seeds instead$"
     ):
         experiment.resolve_runs(bad, setup)
 
@@ -290,9 +290,9 @@ def test_one_address_book_for_the_experiment_layout():
     config, _, arms = loaded("smoke")
     where = ExperimentLayout("smoke")
     assert (
-        config.layout.run("pods_n16_m4", 3) == where.run("pods_n16_m4", 3) == ("results/smoke/runs/pods_n16_m4/seed3")
+        config.layout.run("pods_n16_m8", 3) == where.run("pods_n16_m8", 3) == ("results/smoke/runs/pods_n16_m8/seed3")
     )
-    default = config_from_dict({"experiment": "smoke", "arm": "pods_n16_m4", "seed": 3, "budget": {"max_steps": 1}})
-    assert default.output_dir == where.run("pods_n16_m4", 3)
+    default = config_from_dict({"experiment": "smoke", "arm": "pods_n16_m8", "seed": 3, "budget": {"max_steps": 1}})
+    assert default.output_dir == where.run("pods_n16_m8", 3)
     assert where.train_done("{arm}", "{seed}") == "results/smoke/runs/{arm}/seed{seed}/train.done"
     assert experiment.warm_start_dir(config) == "results/warm_start/arith-tiny"

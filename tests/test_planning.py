@@ -389,9 +389,9 @@ def test_plan_cli_writes_its_csv_and_reports_the_source(tmp_path):
 
     out = plan_cli("--out", str(tmp_path / "p.csv"))
     assert out.returncode == 0, out.stderr
-    assert "step times: hardware profile" in out.stdout and "| pods_n16_m4 | 16/4 |" in out.stdout
+    assert "step times: hardware profile" in out.stdout and "| pods_n16_m8 | 16/8 |" in out.stdout
     table = pd.read_csv(tmp_path / "p.csv")
-    assert list(table["arm"]) == ["grpo_n16_m16", "pods_n16_m4"] and table["fits"].all()
+    assert list(table["arm"]) == ["grpo_n16_m16", "pods_n16_m8"] and table["fits"].all()
     bad = plan_cli("--model", str(tmp_path / "no.json"))
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "does not exist" in bad.stderr
 

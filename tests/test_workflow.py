@@ -100,7 +100,7 @@ def test_default_target_is_the_smoke_experiment(tmp_path):
     out = snakemake(tmp_path, "-n")
     assert out.returncode == 0, out.stderr
     assert job_counts(out.stdout) == EXPECTED_JOBS["smoke"]
-    assert "results/smoke/runs/pods_n16_m4/seed4/train.done" in out.stdout
+    assert "results/smoke/runs/pods_n16_m8/seed4/train.done" in out.stdout
 
 
 def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):

@@ -51,7 +51,7 @@ SHORT_STEPS_SMOKE = {
     },
     "resources": {"train": {"runtime_min": 10}},  # a step budget gives the scheduler no runtime to derive
 }
-RUNS = ["grpo_n16_m16/seed0", "pods_n16_m4/seed0"]
+RUNS = ["grpo_n16_m16/seed0", "pods_n16_m8/seed0"]
 PROFILE = str(PROJECT_ROOT / "profiles" / "local")  # the documented commands' profile (rerun-incomplete)
 # what speedups.csv holds that does not depend on wall-clock times
 CLOCK_FREE_COLUMNS = [

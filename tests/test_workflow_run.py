@@ -124,12 +124,12 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
 
     exp = tmp_path / "results" / "smoke"
     runs = sorted(p.relative_to(exp / "runs").as_posix() for p in (exp / "runs").glob("*/seed*"))
-    assert runs == ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m4/seed0", "pods_n16_m4/seed1"]
+    assert runs == ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m8/seed0", "pods_n16_m8/seed1"]
     assert (tmp_path / "results" / "warm_start" / "arith-tiny-test" / "pretrain.json").is_file()
-    check_seeds_ran_side_by_side(exp / "runs", ["grpo_n16_m16", "pods_n16_m4"], [0, 1])
+    check_seeds_ran_side_by_side(exp / "runs", ["grpo_n16_m16", "pods_n16_m8"], [0, 1])
     speedups = pd.read_csv(exp / "summary" / "speedups.csv")
-    assert set(speedups["arm"]) == {"grpo_n16_m16", "pods_n16_m4"}
-    assert speedups.set_index("arm").loc["pods_n16_m4", "paired_seeds"]  # so the analysis pairs them
+    assert set(speedups["arm"]) == {"grpo_n16_m16", "pods_n16_m8"}
+    assert speedups.set_index("arm").loc["pods_n16_m8", "paired_seeds"]  # so the analysis pairs them
     # the budget: 3 of the baseline's steps timed here before the runs, the same seconds for every arm
     calibration = json.loads((exp / "calibration" / "calibration.json").read_text())
     assert (calibration["arm"], calibration["steps"], len(calibration["step_times_s"])) == ("grpo_n16_m16", 3, 1)
@@ -142,7 +142,7 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     assert "3 steps of grpo_n16_m16 at" in (exp / "summary" / "speedups.md").read_text()  # the table's caption
     # the verdict: printed at the end, and on the report's front page
     verdict = (exp / "summary" / "verdict.md").read_text().split("\n\n")[0].strip()
-    assert verdict.startswith("pods_n16_m4 ") and "of grpo_n16_m16's gain" in verdict
+    assert verdict.startswith("pods_n16_m8 ") and "of grpo_n16_m16's gain" in verdict
     assert verdict in out.stdout
     figures = sorted(p.name for p in (tmp_path / "figures" / "smoke").glob("*.png"))
     assert figures

@@ -50,7 +50,7 @@ SHORT_STEPS_SMOKE = {
     },
     "resources": {"train": {"runtime_min": 10}},
 }
-RUNS = ["grpo_n16_m16/seed0", "pods_n16_m4/seed0"]
+RUNS = ["grpo_n16_m16/seed0", "pods_n16_m8/seed0"]
 # Test-only settings beside the documented command: status checks from 1 s after a submission
 # instead of the plugin's 40 s, logs of successful jobs kept; the smoke workflow's warm start on the
 # node's 2 CPUs (its rule asks 8).
