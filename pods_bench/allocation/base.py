@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pods_bench.errors import PodsBenchError, require
 from pods_bench.plugins import Registry
-from pods_bench.sampling import Groups, RolloutSampler
+from pods_bench.sampling import Graded, Groups, RolloutSampler
 
 if TYPE_CHECKING:
     from pods_bench.config import TrainConfig
@@ -45,6 +45,26 @@ class AllocationStrategy(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+class GrowingGroups:
+    """A step's groups grown round by round (VIGOR, HORA): this process's groups by prompt, each
+    prompt's later rollouts sampled on the process that holds its first ones, so a group stays whole."""
+
+    def __init__(self, local: Groups, everyone: list[Graded]):
+        self.mine = {p: local.rows([i]) for i, p in enumerate(local.prompt)}
+        self.owner = {g.prompt: g.owner for g in everyone}
+
+    def add(self, sampler: RolloutSampler, prompts: list[int], k: int) -> list[Graded]:
+        """k more rollouts of each of `prompts`, joined to their groups; every process's outcomes."""
+        more, graded = sampler.sample(prompts, k, owners=[self.owner[p] for p in prompts])
+        for i, p in enumerate(more.prompt):
+            self.mine[p] = self.mine[p].join(more.rows([i]))
+        return graded
+
+    def batch(self, prompts: list[int]) -> Groups:
+        """This process's groups, in the order of `prompts`."""
+        return Groups.concat([self.mine[p] for p in prompts if p in self.mine])
 
 
 @dataclass

@@ -26,7 +26,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, require
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, require
 from pods_bench.sampling import Groups, RolloutSampler
 
 
@@ -75,16 +75,13 @@ class Hora(AllocationStrategy):
         prompts = sampler.draw(self.cfg.prompts_per_step)
         local, everyone = sampler.sample(prompts, g0)
         extra = allocate([round(sum(g.correct)) for g in everyone], g0, len(prompts) * (n - g0))
-        mine = {p: local.rows([i]) for i, p in enumerate(local.prompt)}
-        owner = {g.prompt: g.owner for g in everyone}
+        groups = GrowingGroups(local, everyone)
         stats = {"rounds": 1, "groups_sampled": len(everyone)}
         for k in sorted(set(extra) - {0}):
             chosen = [p for p, e in zip(prompts, extra) if e == k]
-            more, graded = sampler.sample(chosen, k, owners=[owner[p] for p in chosen])
-            for i, p in enumerate(more.prompt):
-                mine[p] = mine[p].join(more.rows([i]))
+            groups.add(sampler, chosen, k)
             stats["rounds"] += 1
-            stats["groups_sampled"] += len(graded)
+            stats["groups_sampled"] += len(chosen)
         sizes = [g0 + e for e in extra]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))
-        return Groups.concat([mine[p] for p in prompts if p in mine]), stats
+        return groups.batch(prompts), stats

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, require
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, require
 from pods_bench.sampling import Groups, RolloutSampler
 
 
@@ -75,25 +75,21 @@ class Vigor(AllocationStrategy):
         prompts = sampler.draw(self.cfg.prompts_per_step)
         plan = self.settings.schedule(len(prompts))
         local, everyone = sampler.sample(prompts, plan[0][1])
-        owner = {g.prompt: g.owner for g in everyone}
+        groups = GrowingGroups(local, everyone)
         rewards = {g.prompt: list(g.rewards) for g in everyone}  # every process: every prompt's rewards
-        mine = {p: local.rows([i]) for i, p in enumerate(local.prompt)}  # this process's groups
         active = list(prompts)
         stats = {"rounds": 1, "groups_sampled": len(everyone)}
         for count, k in plan[1:]:
             # the `count` active prompts whose rewards so far vary most (ties: the one drawn first)
-            active = sorted(active, key=lambda p: (-float(np.var(rewards[p])), prompts.index(p)))[:count]
-            active = [p for p in prompts if p in active]  # in the order drawn
-            more, graded = sampler.sample(active, k, owners=[owner[p] for p in active])
-            for g in graded:
+            kept = set(sorted(active, key=lambda p: (-float(np.var(rewards[p])), prompts.index(p)))[:count])
+            active = [p for p in prompts if p in kept]  # in the order drawn
+            for g in groups.add(sampler, active, k):
                 rewards[g.prompt] += g.rewards
-            for i, p in enumerate(more.prompt):
-                mine[p] = mine[p].join(more.rows([i]))
             stats["rounds"] += 1
-            stats["groups_sampled"] += len(graded)
+            stats["groups_sampled"] += len(active)
         sizes = [len(rewards[p]) for p in prompts]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))
-        return Groups.concat([mine[p] for p in prompts if p in mine]), stats
+        return groups.batch(prompts), stats
 
     @property
     def settings(self) -> VigorConfig:
