@@ -10,15 +10,21 @@ this machine (the `calibrate` job) and gives every arm the same seconds of train
 
 Time-to-target is still measured on each arm's own clock; only the horizon and the checkpoint grid
 follow the machine. The first step is not timed (it pays for allocations and warm caches).
+
+The arms train side by side (two jobs at a time on two cores), and a step is slower beside another
+job than alone: under a CPU hog a GRPO step took 6.68 s in the runs against 5.62 s in a calibration
+that ran alone, so GRPO made 26 of its 30 steps (docs/smoke-model.md). So `side_by_side` copies of
+the timed run train at once, as many as the workflow runs training jobs at once, and the budget
+uses the mean step over all of them.
 `budget.max_train_time_s` of the shared settings, if set, caps the budget (it is the scheduler's
 time limit): a capped budget is recorded as such.
 
     pods-bench calibrate --config results/smoke/configs/train.yaml --set arm=grpo_n16_m16 ... \\
-        --steps 60 --checkpoints 12 --out results/smoke/calibration
+        --steps 60 --checkpoints 12 --side-by-side 2 --out results/smoke/calibration
 
 writes `calibration.json` (the measurement, the machine and the resolved budget) and `train.yaml`
-(the shared settings with that budget, which the training jobs read) into --out; the timed run
-stays in --out/run.
+(the shared settings with that budget, which the training jobs read) into --out; the timed runs
+stay in --out/run-<i>, each with its output in --out/run-<i>.log.
 """
 
 from __future__ import annotations
@@ -26,51 +32,79 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
+from tqdm.auto import tqdm
 
-from pods_bench.config import config_from_dict, load_config
-from pods_bench.errors import require
+from pods_bench.config import load_config
+from pods_bench.errors import PodsBenchError, require
 from pods_bench.io import atomic_write_text, read_jsonl
 from pods_bench.layout import CALIBRATED_CONFIG, CALIBRATION_JSON
 from pods_bench.run_dir import TRAIN_LOG
 from pods_bench.run_info import hardware
-from pods_bench.train import train
 
 
-def timed_steps(settings: dict, overrides: list[str], steps: int, run_dir: Path) -> list[float]:
-    """Seconds of training clock of each of `steps` steps after an untimed first one, from a fresh
-    run of `settings` + `overrides` in `run_dir` (no evaluation, no checkpoints)."""
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # a fresh measurement: resuming would skip the steps to time
+def timed_steps(config_path: Path, overrides: list[str], steps: int, run_dirs: list[Path]) -> list[list[float]]:
+    """Seconds of training clock of each of `steps` steps after an untimed first one, for each of
+    len(run_dirs) fresh runs of the --config file + `overrides` trained at once, one process each
+    (no evaluation, no checkpoints). The processes inherit this one's thread settings."""
     fixed = [
-        f"output_dir={run_dir}",
         f"budget.max_steps={steps + 1}",
         "budget.max_train_time_s=null",
         f"budget.checkpoint_every_s={1e12}",
         "budget.checkpoint_every_steps=null",
         "eval.inline=false",
     ]
-    train(config_from_dict(settings, [*overrides, *fixed]), progress=True)
-    clock = [r["train_time_s"] for r in read_jsonl(run_dir / TRAIN_LOG)]
-    require(len(clock) == steps + 1, f"calibration: the timed run logged {len(clock)} of {steps + 1} steps")
-    return [after - before for before, after in zip(clock, clock[1:])]
+    runs = []
+    for run_dir in run_dirs:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a fresh measurement: resuming would skip the steps to time
+        flags = [f"--set={s}" for s in [*overrides, *fixed, f"output_dir={run_dir}"]]
+        log = Path(f"{run_dir}.log").open("w", encoding="utf-8")
+        command = [sys.executable, "-m", "pods_bench", "train", "--config", str(config_path), *flags, "--no-progress"]
+        runs.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log, run_dir))
+    progress = tqdm(total=len(runs), desc=f"calibration: {len(runs)} timed run(s) side by side", unit="run")
+    for process, log, run_dir in runs:
+        process.wait()
+        log.close()
+        progress.update()
+    progress.close()
+    out = []
+    for process, log, run_dir in runs:
+        if process.returncode != 0:
+            tail = Path(log.name).read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
+            raise PodsBenchError(f"calibration: the timed run {run_dir} failed ({log.name}): {tail[0]}")
+        clock = [r["train_time_s"] for r in read_jsonl(run_dir / TRAIN_LOG)]
+        require(len(clock) == steps + 1, f"calibration: the timed run logged {len(clock)} of {steps + 1} steps")
+        out.append([after - before for before, after in zip(clock, clock[1:])])
+    return out
 
 
 def calibrate(
-    config_path: str | Path, overrides: list[str], steps: int, checkpoints: int, timed: int, out: str | Path
+    config_path: str | Path,
+    overrides: list[str],
+    steps: int,
+    checkpoints: int,
+    timed: int,
+    out: str | Path,
+    side_by_side: int = 1,
 ) -> dict:
-    """Time the baseline (the --config file + `overrides`), resolve the budget, write both files."""
+    """Time the baseline (the --config file + `overrides`), `side_by_side` runs at once, resolve
+    the budget, write both files."""
     require(
-        steps >= 1 and checkpoints >= 1 and timed >= 1, "calibration: steps, checkpoints and timed steps must be >= 1"
+        min(steps, checkpoints, timed, side_by_side) >= 1,
+        "calibration: steps, checkpoints, timed steps and side-by-side runs must be >= 1",
     )
     out = Path(out)
     baseline = load_config(config_path, [*overrides, "budget.max_steps=1"])  # checked before anything runs
     settings = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
     cap = settings.get("budget", {}).get("max_train_time_s")
-    step_times = timed_steps(settings, overrides, timed, out / "run")
-    seconds_per_step = statistics.fmean(step_times)
+    out.mkdir(parents=True, exist_ok=True)
+    per_run = timed_steps(Path(config_path), overrides, timed, [out / f"run-{i}" for i in range(side_by_side)])
+    seconds_per_step = statistics.fmean(t for run in per_run for t in run)
     budget_s = steps * seconds_per_step
     capped = cap is not None and budget_s > cap
     if capped:
@@ -80,7 +114,8 @@ def calibrate(
         "steps": steps,
         "checkpoints": checkpoints,
         "timed_steps": timed,
-        "step_times_s": step_times,
+        "side_by_side": side_by_side,  # timed runs trained at once, as the arms train
+        "step_times_s": per_run,  # one list per timed run
         "seconds_per_step": seconds_per_step,
         "budget_s": budget_s,
         "checkpoint_every_s": budget_s / checkpoints,
@@ -95,9 +130,9 @@ def calibrate(
     }
     header = (
         f"# {CALIBRATED_CONFIG}: the shared trainer settings with the budget of {steps} steps of {baseline.arm}\n"
-        f"# at {seconds_per_step:.3f} s/step on this machine ({CALIBRATION_JSON}; pods_bench/calibration.py)\n"
+        f"# at {seconds_per_step:.3f} s/step on this machine, {side_by_side} run(s) side by side "
+        f"({CALIBRATION_JSON}; pods_bench/calibration.py)\n"
     )
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         out / CALIBRATED_CONFIG, header + yaml.safe_dump({**settings, "budget": budget}, sort_keys=False)
     )
@@ -106,9 +141,10 @@ def calibrate(
 
 
 def cli(args) -> int:
-    c = calibrate(args.config, args.set, args.steps, args.checkpoints, args.timed_steps, args.out)
+    c = calibrate(args.config, args.set, args.steps, args.checkpoints, args.timed_steps, args.out, args.side_by_side)
     print(
-        f"{c['arm']}: {c['seconds_per_step']:.3f} s/step (mean of {c['timed_steps']} steps) -> a budget of "
+        f"{c['arm']}: {c['seconds_per_step']:.3f} s/step (mean of {c['timed_steps']} steps x {c['side_by_side']} "
+        f"run(s) side by side) -> a budget of "
         f"{c['budget_s']:.1f} s ({c['steps']} steps), a checkpoint every {c['checkpoint_every_s']:.2f} s"
     )
     if c["capped"]:

@@ -96,6 +96,8 @@ class BaselineStepsBudget:
     steps: int
     checkpoints: int = 12  # a checkpoint every budget / checkpoints seconds
     timed_steps: int = 3  # timed after an untimed first step
+    # timed runs trained at once; None: as many as the workflow trains at once here (common.smk)
+    side_by_side: int | None = None
 
 
 @dataclass

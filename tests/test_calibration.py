@@ -12,6 +12,7 @@ import yaml
 from pods_bench.calibration import calibrate
 from pods_bench.cli import main
 from pods_bench.config import load_config
+from pods_bench.errors import PodsBenchError
 from pods_bench.io import read_jsonl
 from tests.tiny_runs import tiny_run
 
@@ -28,18 +29,26 @@ def shared_settings(tmp_path):
     return path
 
 
-def test_the_budget_is_steps_of_the_baseline_timed_here(tmp_path, shared_settings):
+def test_the_budget_is_steps_of_the_baseline_timed_here_side_by_side(tmp_path, shared_settings):
     out = tmp_path / "calibration"
     assert main(["calibrate", "--config", str(shared_settings), *[f"--set={s}" for s in BASELINE],
-                 "--steps", "40", "--checkpoints", "8", "--timed-steps", "2", "--out", str(out)]) == 0  # fmt: skip
+                 "--steps", "40", "--checkpoints", "8", "--timed-steps", "2", "--side-by-side", "2",
+                 "--out", str(out)]) == 0  # fmt: skip
     c = json.loads((out / "calibration.json").read_text())
-    # the timed run: one untimed step, then two timed ones, read off the training clock
-    clock = [r["train_time_s"] for r in read_jsonl(out / "run" / "train_log.jsonl")]
-    assert len(clock) == 3 and c["step_times_s"] == pytest.approx([clock[1] - clock[0], clock[2] - clock[1]])
-    assert c["seconds_per_step"] == pytest.approx(statistics.fmean(c["step_times_s"])) and c["seconds_per_step"] > 0
+    # two timed runs at once, as two arms train: each one untimed step, then two timed ones, read
+    # off its own training clock
+    for run, times in zip(("run-0", "run-1"), c["step_times_s"], strict=True):
+        log = list(read_jsonl(out / run / "train_log.jsonl"))
+        clock = [r["train_time_s"] for r in log]
+        assert len(clock) == 3 and times == pytest.approx([clock[1] - clock[0], clock[2] - clock[1]])
+        assert json.loads((out / run / "run.json").read_text())["config"]["arm"] == "grpo"
+    every_step = [t for times in c["step_times_s"] for t in times]
+    assert c["seconds_per_step"] == pytest.approx(statistics.fmean(every_step)) and c["seconds_per_step"] > 0
     assert c["budget_s"] == pytest.approx(40 * c["seconds_per_step"])
     assert c["checkpoint_every_s"] == pytest.approx(c["budget_s"] / 8)
-    assert (c["arm"], c["steps"], c["checkpoints"], c["timed_steps"], c["capped"]) == ("grpo", 40, 8, 2, False)
+    assert (c["arm"], c["steps"], c["checkpoints"], c["timed_steps"], c["side_by_side"], c["capped"]) == (
+        "grpo", 40, 8, 2, 2, False,
+    )  # fmt: skip
     assert c["hardware"]["torch_threads"] >= 1
     # what the training jobs read: the shared settings with that budget, nothing else changed
     calibrated = yaml.safe_load((out / "train.yaml").read_text())
@@ -59,3 +68,9 @@ def test_max_train_time_caps_the_budget(tmp_path, shared_settings):
     c = calibrate(shared_settings, BASELINE, steps=10, checkpoints=4, timed=1, out=tmp_path / "calibration")
     assert c["capped"] and c["budget_s"] == 0.001 and c["cap_s"] == 0.001
     assert c["checkpoint_every_s"] == pytest.approx(0.001 / 4)
+
+
+def test_a_timed_run_that_fails_stops_with_one_line(tmp_path, shared_settings):
+    with pytest.raises(PodsBenchError, match=r"^calibration: the timed run .*run-0 failed \(.*run-0.log\): .*no-model does not exist$"):
+        calibrate(shared_settings, [*BASELINE, f"model.name={tmp_path / 'no-model'}"], steps=10, checkpoints=4,
+                  timed=1, out=tmp_path / "calibration")  # fmt: skip

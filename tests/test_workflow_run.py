@@ -132,7 +132,9 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     assert speedups.set_index("arm").loc["pods_n16_m8", "paired_seeds"]  # so the analysis pairs them
     # the budget: 3 of the baseline's steps timed here before the runs, the same seconds for every arm
     calibration = json.loads((exp / "calibration" / "calibration.json").read_text())
-    assert (calibration["arm"], calibration["steps"], len(calibration["step_times_s"])) == ("grpo_n16_m16", 3, 1)
+    # two training jobs at once on --cores 2: two timed runs side by side, one step timed in each
+    assert (calibration["arm"], calibration["steps"], calibration["side_by_side"]) == ("grpo_n16_m16", 3, 2)
+    assert [len(times) for times in calibration["step_times_s"]] == [1, 1]
     for run in runs:
         budget = json.loads((exp / "runs" / run / "run.json").read_text())["config"]["budget"]
         assert budget["max_train_time_s"] == pytest.approx(calibration["budget_s"])

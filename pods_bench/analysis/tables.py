@@ -221,6 +221,11 @@ def _display_table(summary: Summary, latex: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _side_by_side(calibration: dict) -> str:
+    runs = calibration.get("side_by_side", 1)  # calibrations before it was recorded timed one run
+    return f" of {runs} runs side by side, as the arms train" if runs > 1 else ""
+
+
 def _calibrated(calibration: dict | None) -> str:
     """How a budget in baseline steps was resolved on this machine (pods_bench/calibration.py)."""
     if not calibration:
@@ -228,7 +233,7 @@ def _calibrated(calibration: dict | None) -> str:
     c = calibration
     text = (
         f" = {c['steps']} steps of {c['arm']} at {c['seconds_per_step']:.2f} s/step, timed here before the runs "
-        f"(mean of {c['timed_steps']}): {c['budget_s']:.1f} s of training clock for every arm, "
+        f"(mean of {c['timed_steps']} steps{_side_by_side(c)}): {c['budget_s']:.1f} s of training clock for every arm, "
         f"a checkpoint every {c['checkpoint_every_s']:.2f} s"
     )
     return text + (f", capped at {c['cap_s']:g} s" if c.get("capped") else "")

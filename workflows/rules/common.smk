@@ -85,6 +85,20 @@ if CALIBRATED and HARDWARE["processes"] > 1:
 RUN_CONFIG = LAYOUT.calibrated_train_config if CALIBRATED else LAYOUT.train_config
 
 
+def calibration_side_by_side() -> int:
+    """How many timed runs the calibration trains at once: as many training jobs as run at once
+    here, since a step beside another job is slower than alone (pods_bench/calibration.py). Under
+    a cluster executor every job has its own allocation: 1."""
+    if CALIBRATED.side_by_side is not None:
+        return CALIBRATED.side_by_side
+    if not workflow.local_exec:
+        return 1
+    cores = getattr(workflow.global_resources.get("_cores"), "value", None) or 1  # None: a dry run without --cores
+    at_once = len(EXPERIMENT.arms) if EXPERIMENT.pair_seeds else len(EXPERIMENT.arms) * len(EXPERIMENT.seeds)
+    train_threads = job_resources("train", next(iter(EXPERIMENT.arms)))["cpus_per_task"]
+    return max(1, min(at_once, cores // train_threads))
+
+
 def check_cluster_submission() -> None:
     """With the SLURM executor (profiles/slurm), before the first submission: the account and
     partition of every job to submit exist on the cluster, else one line and exit status 2

@@ -92,13 +92,16 @@ rule calibrate:
             [*experiment_settings.arm_overrides(EXPERIMENT, EXPERIMENT.analysis.baseline), f"seed={SEEDS[0]}"]
         ) if CALIBRATED else "",
         options=(
-            f"--steps {CALIBRATED.steps} --checkpoints {CALIBRATED.checkpoints} --timed-steps {CALIBRATED.timed_steps}"
+            f"--steps {CALIBRATED.steps} --checkpoints {CALIBRATED.checkpoints} --timed-steps {CALIBRATED.timed_steps} "
+            f"--side-by-side {calibration_side_by_side()}"
         ) if CALIBRATED else "",
-        process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
+        # each timed run has the threads of one training job
+        process_threads=max(1, job_resources("train", ARMS[0])["cpus_per_task"] // HARDWARE["processes"]),
     log:
         f"{LOG_DIR}/calibrate.log",
     priority: 2  # before everything else that is ready: the training jobs wait for it
-    threads: job_resources("train", ARMS[0])["cpus_per_task"]  # as a training job runs
+    # as the training jobs run: side by side, each with its threads
+    threads: job_resources("train", ARMS[0])["cpus_per_task"] * (calibration_side_by_side() if CALIBRATED else 1)
     resources:
         **job_resources("train", ARMS[0]),
     conda:
