@@ -67,7 +67,7 @@ def timed_steps(config_path: Path, overrides: list[str], steps: int, run_dirs: l
         command = [sys.executable, "-m", "pods_bench", "train", "--config", str(config_path), *flags, "--no-progress"]
         runs.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log, run_dir))
     progress = tqdm(total=len(runs), desc=f"calibration: {len(runs)} timed run(s) side by side", unit="run")
-    for process, log, run_dir in runs:
+    for process, log, _ in runs:
         process.wait()
         log.close()
         progress.update()

@@ -71,6 +71,8 @@ def test_max_train_time_caps_the_budget(tmp_path, shared_settings):
 
 
 def test_a_timed_run_that_fails_stops_with_one_line(tmp_path, shared_settings):
-    with pytest.raises(PodsBenchError, match=r"^calibration: the timed run .*run-0 failed \(.*run-0.log\): .*no-model does not exist$"):
+    with pytest.raises(
+        PodsBenchError, match=r"^calibration: the timed run .*run-0 failed \(.*run-0.log\): .*no-model does not exist$"
+    ):
         calibrate(shared_settings, [*BASELINE, f"model.name={tmp_path / 'no-model'}"], steps=10, checkpoints=4,
                   timed=1, out=tmp_path / "calibration")  # fmt: skip
