@@ -47,10 +47,13 @@ from pods_bench.run_dir import TRAIN_LOG
 from pods_bench.run_info import hardware
 
 
-def timed_steps(config_path: Path, overrides: list[str], steps: int, run_dirs: list[Path]) -> list[list[float]]:
-    """Seconds of training clock of each of `steps` steps after an untimed first one, for each of
-    len(run_dirs) fresh runs of the --config file + `overrides` trained at once, one process each
-    (no evaluation, no checkpoints). The processes inherit this one's thread settings."""
+def timed_steps(
+    config_path: Path, overrides: list[str], steps: int, run_dirs: list[Path]
+) -> list[tuple[list[float], int]]:
+    """Seconds of training clock of each of `steps` steps after an untimed first one, and the torch
+    threads it ran with, for each of len(run_dirs) fresh runs of the --config file + `overrides`
+    trained at once, one process each (no evaluation, no checkpoints). The processes inherit this
+    one's thread settings (the workflow's calibrate rule gives them a training job's)."""
     fixed = [
         f"budget.max_steps={steps + 1}",
         "budget.max_train_time_s=null",
@@ -79,7 +82,8 @@ def timed_steps(config_path: Path, overrides: list[str], steps: int, run_dirs: l
             raise PodsBenchError(f"calibration: the timed run {run_dir} failed ({log.name}): {tail[0]}")
         clock = [r["train_time_s"] for r in read_jsonl(run_dir / TRAIN_LOG)]
         require(len(clock) == steps + 1, f"calibration: the timed run logged {len(clock)} of {steps + 1} steps")
-        out.append([after - before for before, after in zip(clock, clock[1:])])
+        threads = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["hardware"]["torch_threads"]
+        out.append(([after - before for before, after in zip(clock, clock[1:])], threads))
     return out
 
 
@@ -104,7 +108,7 @@ def calibrate(
     cap = settings.get("budget", {}).get("max_train_time_s")
     out.mkdir(parents=True, exist_ok=True)
     per_run = timed_steps(Path(config_path), overrides, timed, [out / f"run-{i}" for i in range(side_by_side)])
-    seconds_per_step = statistics.fmean(t for run in per_run for t in run)
+    seconds_per_step = statistics.fmean(t for times, _ in per_run for t in times)
     budget_s = steps * seconds_per_step
     capped = cap is not None and budget_s > cap
     if capped:
@@ -115,7 +119,8 @@ def calibrate(
         "checkpoints": checkpoints,
         "timed_steps": timed,
         "side_by_side": side_by_side,  # timed runs trained at once, as the arms train
-        "step_times_s": per_run,  # one list per timed run
+        "step_times_s": [times for times, _ in per_run],  # one list per timed run
+        "torch_threads": [threads for _, threads in per_run],  # of each timed run, as the arms' run.json
         "seconds_per_step": seconds_per_step,
         "budget_s": budget_s,
         "checkpoint_every_s": budget_s / checkpoints,

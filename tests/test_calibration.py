@@ -50,6 +50,10 @@ def test_the_budget_is_steps_of_the_baseline_timed_here_side_by_side(tmp_path, s
         "grpo", 40, 8, 2, 2, False,
     )  # fmt: skip
     assert c["hardware"]["torch_threads"] >= 1
+    # each timed run's torch threads, read from its run.json (the workflow test holds them to the arms')
+    assert c["torch_threads"] == [
+        json.loads((out / run / "run.json").read_text())["hardware"]["torch_threads"] for run in ("run-0", "run-1")
+    ]
     # what the training jobs read: the shared settings with that budget, nothing else changed
     calibrated = yaml.safe_load((out / "train.yaml").read_text())
     original = yaml.safe_load(shared_settings.read_text())

@@ -38,7 +38,13 @@ rule aggregate:
             f"{SUMMARY_DIR}/cost.csv",
             caption="../report/cost.rst",
             category="Tables",
-            labels={"table": "rollouts and tokens to the threshold"},
+            labels={"table": "rollouts, tokens and FLOPs to the threshold (csv)"},
+        ),
+        report(
+            f"{SUMMARY_DIR}/cost.md",
+            caption="../report/cost.rst",
+            category="Tables",
+            labels={"table": "rollouts, tokens and FLOPs to the threshold"},
         ),
     params:
         options=jobs.analysis_options(EXPERIMENT.analysis, "aggregate"),

@@ -10,6 +10,7 @@ rule evaluate:
         touch(LAYOUT.eval_done("{arm}", "{seed}")),
     params:
         run_dir=lambda wildcards: run_dir(wildcards.arm, wildcards.seed),
+        threads_env=lambda wildcards, threads: torch_threads(threads),
     log:
         LAYOUT.log("evaluate", "{arm}", "{seed}"),
     benchmark:
@@ -20,5 +21,4 @@ rule evaluate:
     conda:
         ENVIRONMENT
     shell:
-        "export OMP_NUM_THREADS={threads}; "
-        "{PODS_BENCH} evaluate {params.run_dir} 2>&1 | tee {log}"
+        "{params.threads_env}{PODS_BENCH} evaluate {params.run_dir} 2>&1 | tee {log}"

@@ -25,6 +25,7 @@ rule warm_start:
         options=" ".join(
             f"--{key} {getattr(WARM_START, key)}" for key in ("steps", "seconds", "seed") if getattr(WARM_START, key) is not None
         ),
+        threads_env=lambda wildcards, threads: torch_threads(threads),
     log:
         f"results/warm_start/logs/{WARM_START.name}.log",
     benchmark:
@@ -36,8 +37,7 @@ rule warm_start:
     conda:
         ENVIRONMENT
     shell:
-        "export OMP_NUM_THREADS={threads}; "
-        "{PODS_BENCH} pretrain --out {output} {params.options} 2>&1 | tee {log}"
+        "{params.threads_env}{PODS_BENCH} pretrain --out {output} {params.options} 2>&1 | tee {log}"
 
 
 def hub_model() -> str | None:
@@ -96,7 +96,7 @@ rule calibrate:
             f"--side-by-side {calibration_side_by_side()}"
         ) if CALIBRATED else "",
         # each timed run has the threads of one training job
-        process_threads=max(1, job_resources("train", ARMS[0])["cpus_per_task"] // HARDWARE["processes"]),
+        threads_env=torch_threads(max(1, job_resources("train", ARMS[0])["cpus_per_task"] // HARDWARE["processes"])),
     log:
         f"{LOG_DIR}/calibrate.log",
     priority: 2  # before everything else that is ready: the training jobs wait for it
@@ -107,6 +107,5 @@ rule calibrate:
     conda:
         ENVIRONMENT
     shell:
-        "export OMP_NUM_THREADS={params.process_threads}; "
-        "{PODS_BENCH} calibrate --config {input.config} {params.overrides} {params.options} "
+        "{params.threads_env}{PODS_BENCH} calibrate --config {input.config} {params.overrides} {params.options} "
         "--out {LAYOUT.calibration} 2>&1 | tee {log}"

@@ -24,7 +24,7 @@ rule train:
     params:
         launcher=lambda wildcards: train_launcher(wildcards.arm),
         # torch threads of each training process: the job's cores shared by its processes
-        process_threads=lambda wildcards, threads: max(1, threads // HARDWARE["processes"]),
+        threads_env=lambda wildcards, threads: torch_threads(max(1, threads // HARDWARE["processes"])),
         overrides=lambda wildcards: jobs.set_flags(run_overrides(wildcards.arm, wildcards.seed)),
     log:
         LAYOUT.log("train", "{arm}", "{seed}"),
@@ -38,5 +38,4 @@ rule train:
         ENVIRONMENT
     shell:
         # tee: the trainer's progress bar shows on the console and stays in the log
-        "export OMP_NUM_THREADS={params.process_threads}; "
-        "{params.launcher} train --config {input.config} {params.overrides} 2>&1 | tee {log}"
+        "{params.threads_env}{params.launcher} train --config {input.config} {params.overrides} 2>&1 | tee {log}"
