@@ -149,6 +149,17 @@ def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsy
     assert cost.loc[("rollouts", "grpo"), "speedup"] == pytest.approx(1.0)
     # FLOPs: GRPO 32 x 1,000 + 32 x 3,000 a step for 50 steps, PODS 128 x 1,000 + 32 x 3,000 for 39
     assert cost.loc[("flops", "pods"), "speedup"] == pytest.approx(50 * 128_000 / (39 * 224_000))
+    # cost.md: one table per axis, the interpolated crossing first; GRPO crosses T 91 % of the way
+    # from its 0.8 checkpoint to its 0.9 one, so its interpolated cost is below the grid's
+    text = (summary / "cost.md").read_text()
+    assert [line for line in text.splitlines() if line.startswith("### ")] == [
+        "### rollouts",
+        "### completion tokens",
+        "### FLOPs",
+    ]
+    rollouts = cost.loc[("rollouts", "pods")]
+    assert rollouts["t_baseline_interp_s"] < rollouts["t_baseline_s"] == 1600
+    assert f"{rollouts['speedup_interp']:.2f}x [" in text and f"{rollouts['t_arm_interp_s']:,.0f}" in text
 
     assert main(["plot", str(experiment), "--out", str(figures)]) == 0
     for stem in ("accuracy", "length", "accuracy-rollouts"):

@@ -9,10 +9,14 @@
 - speedups.md / speedups.tex  the speedup table for reading and for the paper
 - verdict.md     the headline in a sentence per arm (printed at the end of a workflow run, and the
                  top of the HTML report's front page)
-- cost.csv       the speedups.csv statistics on the cost axes (axis = rollouts, tokens): every "time"
-                 column is then completions (tokens) generated, so `speedup` is the baseline's
-                 rollouts to reach the threshold over the arm's; empty (header only) for the
-                 published logs, which do not count them
+- cost.csv       the speedups.csv statistics on the cost axes (axis = rollouts, tokens, flops): every
+                 "time" column is then completions (tokens, FLOPs) spent, so `speedup` is the
+                 baseline's rollouts to reach the threshold over the arm's; empty (header only) for
+                 the published logs, which do not count them
+- cost.md        the cost axes for reading: per axis and arm, the baseline's cost to reach T over the
+                 arm's with crossings interpolated between checkpoints (the headline on these
+                 axes: a checkpoint's grid step is a whole step's rollouts, more for the arms that
+                 sample more per step), and the same to 80 % of the baseline's gain
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ SUMMARY_FILES = (
     "speedups.md",
     "speedups.tex",
     "cost.csv",
+    "cost.md",
     "verdict.md",
 )
 UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
@@ -130,6 +135,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
         atomic_write_with(folder / name, lambda p, t=table: t.to_csv(p, index=False))
         paths.append(folder / name)
     texts = {"speedups.md": markdown_table(summary), "speedups.tex": latex_table(summary)}
+    texts["cost.md"] = cost_markdown(summary)
     texts["verdict.md"] = "\n\n".join(verdict_lines(summary)) + "\n"
     for name, text in texts.items():
         atomic_write_text(folder / name, text)
@@ -279,6 +285,47 @@ def caption(summary: Summary) -> str:
 
 def markdown_table(summary: Summary) -> str:
     return f"{caption(summary)}\n\n{_display_table(summary, latex=False).to_markdown(index=False)}\n"
+
+
+COST_UNITS = {"rollouts": "rollouts", "tokens": "completion tokens", "flops": "FLOPs"}
+
+
+def format_count(value: float) -> str:
+    if not np.isfinite(value):
+        return "never"
+    return f"{value:,.0f}" if value < 1e6 else f"{value:.3g}"
+
+
+def cost_markdown(summary: Summary) -> str:
+    """cost.csv for reading: one table per cost axis, interpolated crossings as the headline."""
+    cost, gain = summary.cost, round(GAIN_FRACTIONS[1] * 100)
+    if cost.empty:
+        return f"{summary.experiment.name}: no cost axes (the checkpoints do not count rollouts, tokens or FLOPs).\n"
+    parts = [
+        f"{summary.experiment.name}: {summary.benchmark} {summary.metric} against what each arm spent. Per axis, "
+        f"speedup = {summary.baseline}'s cost to reach T over the arm's (T as in speedups.md), the crossing "
+        f"interpolated between checkpoints; to {gain} % of gain likewise for start + {GAIN_FRACTIONS[1]:g} x "
+        f"({summary.baseline} peak - start). [95 % CI]: bootstrap over seeds; '<': the arm never reaches the "
+        f"level (upper bound); '>=': {summary.baseline} peaks at its last checkpoint (lower bound). "
+        "FLOPs: generation, update, reference and reward passes (docs/results-format.md)."
+    ]
+    for axis in COST_AXES:
+        block = cost[cost["axis"] == axis]
+        if block.empty:
+            continue
+        rows = [
+            {
+                "Arm": r["arm"] + (" (baseline)" if r["is_baseline"] else ""),
+                "n/m": f"{r['n']}/{r['m']}",
+                f"{COST_UNITS[axis]} to T": format_count(r["t_arm_interp_s"]),
+                "Speedup to T (interp.)": format_speedup(r, "speedup_interp"),
+                f"Speedup to {gain} % of gain": format_speedup(r, f"speedup_gain{gain}"),
+                "Speedup to T (first checkpoint)": format_speedup(r, with_ci=False),
+            }
+            for _, r in block.iterrows()
+        ]
+        parts.append(f"### {COST_UNITS[axis]}\n\n{pd.DataFrame(rows).to_markdown(index=False)}")
+    return "\n\n".join(parts) + "\n"
 
 
 def latex_table(summary: Summary) -> str:
