@@ -10,7 +10,8 @@ the same `<think>`/`<answer>` format as the real tasks:
 
 Every character is a decoding step for the character-level model, so questions and worked
 solutions are kept short. A problem is a chain of one to three steps (+, -, x2/x3) on one-digit
-operands; every intermediate value stays in 0..max_value.
+operands; every intermediate value stays in 0..max_value. `arith-mix` (chains of two to five steps)
+is the harder mix the allocation strategies are compared on.
 
 Splits are disjoint by arithmetic: a chain (its worked `think` string) belongs to the test split iff
 a stable hash of it falls in the test share, so no test computation is ever trained on, whatever
@@ -82,15 +83,20 @@ class ArithTask(Task):
     seed: int = 0  # seeds the train split
     train_size: int = 20_000  # the warm start draws 480 x 64 samples: each problem ~1.5 times; loads in ~0.3 s
     test_size: int = 1_000
+    min_steps: int = 1  # a chain has min_steps..max_steps steps, uniformly
     max_steps: int = 3
     max_operand: int = 9
     max_value: int = 99  # every running value stays in 0..max_value (answers have <= 2 digits)
     test_share: float = 0.2  # share of all chains held out for the test split
 
     def __post_init__(self):
-        for key in ("train_size", "test_size", "max_steps", "max_operand"):
+        for key in ("train_size", "test_size", "min_steps", "max_steps", "max_operand"):
             if getattr(self, key) < 1:
                 raise PodsBenchError(f"task {self.name!r}: {key} must be >= 1, got {getattr(self, key)}")
+        if self.min_steps > self.max_steps:
+            raise PodsBenchError(
+                f"task {self.name!r}: min_steps must be <= max_steps ({self.max_steps}), got {self.min_steps}"
+            )
         if self.max_value < self.max_operand + 1:
             raise PodsBenchError(
                 f"task {self.name!r}: max_value must be > max_operand ({self.max_operand}), got {self.max_value}"
@@ -114,7 +120,7 @@ class ArithTask(Task):
     def sample_chain(self, rng: random.Random) -> Chain:
         value = rng.randint(1, self.max_operand)
         start, steps = value, []
-        for _ in range(rng.randint(1, self.max_steps)):
+        for _ in range(rng.randint(self.min_steps, self.max_steps)):
             options = [("+", b) for b in range(1, self.max_operand + 1) if value + b <= self.max_value]
             options += [("-", b) for b in range(1, min(self.max_operand, value) + 1)]
             options += [("*", b) for b in MUL_WORDS if 0 < value and value * b <= self.max_value]
@@ -164,3 +170,8 @@ class ArithTask(Task):
 
 
 register_task(ArithTask())
+# The strategies' task (docs/allocation.md#the-difficulty-mix-task-arith-mix): chains of 2 to 5 steps,
+# longer than the warm start saw (1 to 3), so that at the start about 40 % of 16-rollout groups are
+# all wrong and the rest spread over the pass rates. Its solutions are at most 44 tokens;
+# config/strategies.yaml trains on the first 64 problems (task.limit), so that prompts come back.
+register_task(ArithTask(name="arith-mix", min_steps=2, max_steps=5))
