@@ -192,11 +192,24 @@ def cost_figure(summary: Summary, colors: dict, axis: str = "rollouts"):
     fig, ax = plt.subplots(figsize=(8, 4.2 + 0.22 * -(-len(exp.arm_names) // 2)), layout="constrained")
     for arm in exp.arm_names:
         c, r = curves[curves["arm"] == arm].sort_values(axis), cost.loc[arm]
-        label = f"{arm} (baseline)" if r["is_baseline"] else f"{arm}: {format_speedup(r, with_ci=False)}"
+        # the interpolated crossing: the headline on a cost axis (tables.cost_markdown)
+        speedup = format_speedup(r, "speedup_interp", with_ci=False)
+        label = f"{arm} (baseline)" if r["is_baseline"] else f"{arm}: {speedup}"
         ax.plot(c[axis], c["mean"] * 100, marker="o", markersize=3.5, lw=1.6, color=colors[arm], label=label)
         ax.fill_between(c[axis], c["ci_low"] * 100, c["ci_high"] * 100, color=colors[arm], alpha=0.18, lw=0)
     threshold = cost.loc[summary.baseline, "threshold"] * 100
-    ax.axhline(threshold, ls="--", lw=1, color="0.3", label=f"T = {summary.options.q:g} × {summary.baseline} peak")
+    ax.axhline(
+        threshold,
+        ls="--",
+        lw=1,
+        color="0.3",
+        label=f"T = {summary.options.q:g} × {summary.baseline} peak; speedup: {axis} to T, interpolated",
+    )
+    seeds = int(curves["n_seeds"].max())
+    if seeds > 1:  # name the band (one seed has none)
+        ax.fill_between(
+            [], [], [], color="0.55", alpha=0.3, lw=0, label=f"band: 95 % t-interval of the mean over {seeds} seeds"
+        )
     ax.set_xlim(left=0)
     ax.set_xlabel(f"{axis.capitalize()} generated (pilots, refill rounds and dropped groups included)")
     ax.set_ylabel(
