@@ -120,7 +120,29 @@ def test_bad_input_is_a_one_line_error():
         get_task("arith").load("validation")
     with pytest.raises(PodsBenchError, match="max_steps must be >= 1"):
         ArithTask(max_steps=0)
+    with pytest.raises(PodsBenchError, match=r"min_steps must be <= max_steps \(3\), got 4"):
+        ArithTask(min_steps=4)
     with pytest.raises(PodsBenchError, match="test_share"):
         ArithTask(test_share=1.0)
     with pytest.raises(PodsBenchError, match="cannot draw 500 distinct test problems"):
         ArithTask(max_steps=1, max_operand=1, max_value=2, test_size=500).load("test")
+
+
+def test_arith_mix_has_longer_chains_within_the_strategies_completion_limit():
+    """`arith-mix` (config/strategies.yaml): chains of 2 to 5 steps, each length about equally
+    often in training, answers still correct, solutions within the benchmark's 48 new tokens."""
+    import yaml
+
+    from tests.test_workflow import CONFIG_DIR
+
+    task = get_task("arith-mix")
+    train, test = task.load("train"), task.load("test")
+    steps = [think_of(p.solution).count(";") + 1 for p in train]
+    assert set(steps) == {2, 3, 4, 5} and all(abs(steps.count(k) / len(steps) - 0.25) < 0.02 for k in range(2, 6))
+    assert {think_of(p.solution).count(";") + 1 for p in test} == {2, 3, 4, 5}
+    assert all(solve_from_question(p.question) == int(p.gold) for p in train[:2000] + test)
+    settings = yaml.safe_load((CONFIG_DIR / "strategies.yaml").read_text())["train"]
+    assert settings["task"]["limit"] == 64  # a pool small enough that prompts come back
+    tokenizer = build_char_tokenizer()
+    longest = max(len(ids) + 1 for ids in tokenizer([p.solution for p in test + train[:2000]])["input_ids"])
+    assert longest <= settings["sampling"]["max_new_tokens"] == settings["eval"]["max_new_tokens"]
