@@ -232,7 +232,7 @@ def test_schema_error_lines_name_the_key():
     config["arms"]["pods_n16_m8"]["n"] = 16
     config["budget_in_baseline_steps"] = {"step": 3}
     assert experiment.schema_error(config) == (
-        "unknown config key budget_in_baseline_steps.step (allowed here: checkpoints, steps, timed_steps)"
+        "unknown config key budget_in_baseline_steps.step (allowed here: checkpoints, side_by_side, steps, timed_steps)"
     )
     config["budget_in_baseline_steps"] = 60
     assert experiment.schema_error(config) == "config key budget_in_baseline_steps must be null or a mapping, got 60"
