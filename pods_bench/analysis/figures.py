@@ -150,11 +150,7 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
         label=f"T = {summary.options.q:g} × {summary.baseline} peak = {threshold:.2f} %; ◆ first checkpoint ≥ T",
     )
     ax.set_xlim(left=0)
-    seeds = int(shown["n_seeds"].max())
-    if seeds > 1:  # name the band (one seed has none)
-        ax.fill_between(
-            [], [], [], color="0.55", alpha=0.3, lw=0, label=f"band: 95 % t-interval of the mean over {seeds} seeds"
-        )
+    _name_band(ax, int(shown["n_seeds"].max()))
 
     if zoomed:
         zoom = axes[1]
@@ -205,11 +201,7 @@ def cost_figure(summary: Summary, colors: dict, axis: str = "rollouts"):
         color="0.3",
         label=f"T = {summary.options.q:g} × {summary.baseline} peak; speedup: {axis} to T, interpolated",
     )
-    seeds = int(curves["n_seeds"].max())
-    if seeds > 1:  # name the band (one seed has none)
-        ax.fill_between(
-            [], [], [], color="0.55", alpha=0.3, lw=0, label=f"band: 95 % t-interval of the mean over {seeds} seeds"
-        )
+    _name_band(ax, int(curves["n_seeds"].max()))
     ax.set_xlim(left=0)
     ax.set_xlabel(f"{axis.capitalize()} generated (pilots, refill rounds and dropped groups included)")
     ax.set_ylabel(
@@ -219,6 +211,14 @@ def cost_figure(summary: Summary, colors: dict, axis: str = "rollouts"):
     handles, texts = ax.get_legend_handles_labels()
     fig.legend(handles, texts, loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     return fig
+
+
+def _name_band(ax, seeds: int) -> None:
+    """A legend entry for the curves' shaded bands (one seed has none)."""
+    if seeds > 1:
+        ax.fill_between(
+            [], [], [], color="0.55", alpha=0.3, lw=0, label=f"band: 95 % t-interval of the mean over {seeds} seeds"
+        )
 
 
 def _mark_threshold(ax, threshold: float, crossings: dict[str, float], colors: dict, bottom: float, label=None):

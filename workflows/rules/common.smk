@@ -41,12 +41,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 PODS_BENCH = jobs.PODS_BENCH
 
 
-def torch_threads(threads) -> str:
-    """The shell prefix that gives each process of a job `threads` torch threads. Snakemake exports
-    the job's whole `threads` as MKL_NUM_THREADS (and OMP_NUM_THREADS), and torch takes
-    MKL_NUM_THREADS before OMP_NUM_THREADS, so both are set: a calibration that times two runs in one
-    job, or a job of several processes, would otherwise oversubscribe the cores."""
-    return f"export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads}; "
+def torch_threads(threads: int, processes: int = 1) -> str:
+    """The shell prefix that shares a job's `threads` among its `processes` as torch threads (at
+    least one each). Snakemake exports the job's whole `threads` as MKL_NUM_THREADS (and
+    OMP_NUM_THREADS), and torch takes MKL_NUM_THREADS before OMP_NUM_THREADS, so both are set: a
+    calibration that times two runs in one job, or a job of several processes, would otherwise
+    oversubscribe the cores."""
+    each = max(1, threads // processes)
+    return f"export OMP_NUM_THREADS={each} MKL_NUM_THREADS={each}; "
 
 
 def config_error(message: str):

@@ -96,7 +96,7 @@ rule calibrate:
             f"--side-by-side {calibration_side_by_side()}"
         ) if CALIBRATED else "",
         # each timed run has the threads of one training job
-        threads_env=torch_threads(max(1, job_resources("train", ARMS[0])["cpus_per_task"] // HARDWARE["processes"])),
+        threads_env=torch_threads(job_resources("train", ARMS[0])["cpus_per_task"], HARDWARE["processes"]),
     log:
         f"{LOG_DIR}/calibrate.log",
     priority: 2  # before everything else that is ready: the training jobs wait for it

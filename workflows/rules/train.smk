@@ -24,7 +24,7 @@ rule train:
     params:
         launcher=lambda wildcards: train_launcher(wildcards.arm),
         # torch threads of each training process: the job's cores shared by its processes
-        threads_env=lambda wildcards, threads: torch_threads(max(1, threads // HARDWARE["processes"])),
+        threads_env=lambda wildcards, threads: torch_threads(threads, HARDWARE["processes"]),
         overrides=lambda wildcards: jobs.set_flags(run_overrides(wildcards.arm, wildcards.seed)),
     log:
         LAYOUT.log("train", "{arm}", "{seed}"),
