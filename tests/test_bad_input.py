@@ -555,7 +555,8 @@ CASES = [
         "experiment config: unknown evaluation benchmark",
         workflow_config(top(eval_benchmarks=["arith", "gsm9k"])),
         DRY_RUN,
-        WORKFLOW + "config key eval_benchmarks[1]: unknown task 'gsm9k' (known: amc23, arith, arith-mix, gsm8k, math, math500)",
+        WORKFLOW
+        + "config key eval_benchmarks[1]: unknown task 'gsm9k' (known: amc23, arith, arith-mix, gsm8k, math, math500)",
         NO_RESULTS,
     ),
     Case(
