@@ -185,8 +185,10 @@ def test_two_processes_share_one_allocation_state(tmp_path, smoke_model_dir):
     ranks = [torch.load(folder / f"rank-{r}.pt", weights_only=False) for r in (0, 1)]
     states = [r["allocation"] for r in ranks]
     assert states[0]["buffer"] == states[1]["buffer"] and states[0]["evicted"] == states[1]["evicted"]
-    # not vacuous: prompts wait in the buffer, with pilot rollouts held on both processes
-    assert states[0]["buffer"] and all(state["pilots"] for state in states)
+    # not vacuous: prompts wait in the buffer, and each one's pilot rollouts are held somewhere (which
+    # process owns them depends on which prompts passed the window, so either may hold none)
+    assert states[0]["buffer"]
+    assert sorted(p for state in states for p in state["pilots"]) == sorted(p for p, *_ in states[0]["buffer"])
     for rank, state in enumerate(states):  # each holds exactly the pilots of the buffered prompts it owns
         owned = sorted(p for p, _, owner, _, _ in state["buffer"] if owner == rank)
         assert sorted(state["pilots"]) == owned
