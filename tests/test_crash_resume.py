@@ -160,19 +160,29 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
 # --- the allocation strategies' per-prompt state -------------------------------------------------
 
 # hits count within each attempt; checkpoints every 2 steps: killed in step 4, in writing step 6's checkpoint
-# and in step 7, so the three resumes start from steps 2, 4 and 6, each with a filled state
-STRATEGY_KILLS = ["gen:4:80", "checkpoint:2:0", "update:3:50"]
+# and in step 7, so the three resumes start from steps 2, 4 and 6, each with a filled state. VIGOR and
+# HORA generate a step in rounds: killed 250 ms (VIGOR, 64 rollouts) or 60 ms (HORA, 32) into step 4's
+# generation, the kill lands inside its rounds
+STRATEGY_KILLS = {
+    "pilot_commit": ["gen:4:80", "checkpoint:2:0", "update:3:50"],
+    "vigor": ["gen:4:250", "checkpoint:2:0", "update:3:50"],
+    "hora": ["gen:4:60", "checkpoint:2:0", "update:3:50"],
+}
 STRATEGY_SETTINGS = {
-    "pilot_commit": {"pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}},
-    "greso": {"greso": {"prompts_per_round": 6}},
+    "pilot_commit": {"allocation": {"pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}}},
+    # groups of different sizes, every rollout trained (VIGOR: 8 prompts end with 2, 2, 2, 2, 6, 6, 14, 30)
+    "vigor": {"prompts_per_step": 8, "selection": {"rule": "all", "n": 8, "m": 8}},
+    "hora": {"prompts_per_step": 4, "selection": {"rule": "all", "n": 8, "m": 8}},
 }
 
 
-@pytest.mark.parametrize("strategy", ["pilot_commit"])  # the most state; greso: test_allocation_training.py
+# the most state (greso: test_allocation_training.py); VIGOR and HORA keep none between steps, but
+# a kill inside a step's rounds of sampling must resume as if it never happened
+@pytest.mark.parametrize("strategy", ["pilot_commit", "vigor", "hora"])
 def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_model_dir, strategy):
-    """A stateful strategy (Pilot-Commit's buffer of pilot rollouts, its evicted prompts) killed 3
-    times: the resumed run's log, final state and weights equal a straight run's. The warm-started
-    model, so that groups are mixed and the state fills."""
+    """A strategy (Pilot-Commit's buffer of pilot rollouts and its evicted prompts; VIGOR's and
+    HORA's rounds within a step) killed 3 times: the resumed run's log, final state and weights equal
+    a straight run's. The warm-started model, so that groups are mixed and the state fills."""
     paths = {}
     for name in ("straight", "killed"):
         cfg = tiny_run(
@@ -181,20 +191,20 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
             model={"name": str(smoke_model_dir)},
             task={"name": "arith", "system_prompt": "", "limit": 24},
             sampling={"temperature": 1.0, "max_new_tokens": 24},
-            selection={"rule": "max_variance", "n": 8, "m": 4},
-            allocation={"strategy": strategy, **STRATEGY_SETTINGS[strategy]},
             optim={"lr": 1e-4, "micro_batch_size": 32},
             budget={"max_steps": 10, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
             eval={"inline": False},
             reward={"workers": 1, "timeout_s": 10},
+            **({"selection": {"rule": "max_variance", "n": 8, "m": 4}} | STRATEGY_SETTINGS[strategy]),
         )
+        cfg["allocation"] = {"strategy": strategy, **cfg.get("allocation", {})}
         paths[name] = tmp_path / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump(cfg))
 
     proc = start_training(paths["straight"])
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
-    for spec in STRATEGY_KILLS:
+    for spec in STRATEGY_KILLS[strategy]:
         proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
         _, err = proc.communicate(timeout=900)
         assert proc.returncode == -signal.SIGKILL, (
@@ -213,11 +223,17 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
     info = json.loads((killed / "run.json").read_text())
     resumed_from = [r["checkpoint"] for r in info["resumed"]]
     assert resumed_from == ["step-000002", "step-000004", "step-000006"]
-    for checkpoint in resumed_from:  # every resume restored a non-empty buffer with its pilot rollouts
-        start = torch.load(killed / "checkpoints" / checkpoint / "rank-0.pt", weights_only=False)["allocation"]
-        assert start["buffer"] and sorted(start["pilots"]) == sorted(p for p, *_ in start["buffer"])
     final = "checkpoints/step-000010"
     state = lambda run: torch.load(run / final / "rank-0.pt", weights_only=False)["allocation"]
-    assert state(killed) == state(straight) and state(straight)  # a non-empty state, restored exactly
+    assert state(killed) == state(straight)
+    if strategy == "pilot_commit":
+        for checkpoint in resumed_from:  # every resume restored a non-empty buffer with its pilot rollouts
+            start = torch.load(killed / "checkpoints" / checkpoint / "rank-0.pt", weights_only=False)["allocation"]
+            assert start["buffer"] and sorted(start["pilots"]) == sorted(p for p, *_ in start["buffer"])
+        assert state(straight)  # a non-empty state, restored exactly
+    else:  # groups of different sizes in every step, the same ones after the kills
+        steps = read_lines(straight / "train_log.jsonl")
+        assert all(r["rollouts_in_groups"] == r["rollouts_generated"] for r in steps)
+        assert any(r["group_size_min"] < r["group_size_max"] for r in steps)
     sha = lambda run: json.loads((run / final / "state.json").read_text())["params_sha256"]
     assert sha(killed) == sha(straight)
