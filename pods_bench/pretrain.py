@@ -52,12 +52,13 @@ class PretrainConfig:
     # be the same: no system instructions, as the official ones add ~260 tokens to every sequence.
     prompt_style: str = "instruct"
     system_prompt: str | None = ""
-    # 480 steps of 64 (~140 s on 2 cores): accuracy only takes off after ~200 steps; at 360 steps the
-    # outcome still depended on the seed (greedy 0.54-0.73), at 480 greedy was 0.68-0.74 for two seeds.
-    # A step count, not seconds, keeps the model the same on any machine.
-    steps: int = 480
+    # 720 steps of 64 (~210 s on 2 cores): accuracy only takes off after ~200 steps. At 480 the warm
+    # start still depended on the CPU and the seed (GRPO from it reached 0.63-0.77 in 30 steps); from
+    # 720-step warm starts GRPO's curve bends within 30 steps (docs/smoke-model.md). A step count, not
+    # seconds, so that a slow machine builds the same recipe.
+    steps: int = 720
     seconds: float | None = None  # optional wall-clock cap; training stops at steps or seconds, whichever first
-    # The last 10 % of the steps (48) on partly randomised answers: sampled accuracy drops from 0.72
+    # The last 10 % of the steps (72) on partly randomised answers: sampled accuracy drops from 0.72
     # to 0.28 while greedy stays at 0.74 (0.79 before) -- a gap GRPO narrows (to ~0.68) within a minute.
     # From the model before this phase GRPO gained nothing in a minute (0.72 -> 0.66-0.69).
     noise_share: float = 0.1
