@@ -163,13 +163,12 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
 # and in step 7, so the three resumes start from steps 2, 4 and 6, each with a filled state. VIGOR and
 # HORA generate a step in rounds: killed 250 ms (VIGOR, 64 rollouts) or 60 ms (HORA, 32) into step 4's
 # generation, the kill lands inside its rounds
-STRATEGY_KILLS = {
-    "pilot_commit": ["gen:4:80", "checkpoint:2:0", "update:3:50"],
-    "vigor": ["gen:4:250", "checkpoint:2:0", "update:3:50"],
-    "hora": ["gen:4:60", "checkpoint:2:0", "update:3:50"],
-}
+GENERATION_KILL_DELAY_MS = {"pilot_commit": 80, "vigor": 250, "hora": 60}
 STRATEGY_SETTINGS = {
-    "pilot_commit": {"allocation": {"pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}}},
+    "pilot_commit": {
+        "selection": {"rule": "max_variance", "n": 8, "m": 4},
+        "allocation": {"pilot_commit": {"pilot_prompts": 6, "pilot_rollouts": 4}},
+    },
     # groups of different sizes, every rollout trained (VIGOR: 8 prompts end with 2, 2, 2, 2, 6, 6, 14, 30)
     "vigor": {"prompts_per_step": 8, "selection": {"rule": "all", "n": 8, "m": 8}},
     "hora": {"prompts_per_step": 4, "selection": {"rule": "all", "n": 8, "m": 8}},
@@ -195,16 +194,16 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
             budget={"max_steps": 10, "checkpoint_every_s": 3600, "checkpoint_every_steps": 2},
             eval={"inline": False},
             reward={"workers": 1, "timeout_s": 10},
-            **({"selection": {"rule": "max_variance", "n": 8, "m": 4}} | STRATEGY_SETTINGS[strategy]),
+            **STRATEGY_SETTINGS[strategy],
         )
-        cfg["allocation"] = {"strategy": strategy, **cfg.get("allocation", {})}
+        cfg.setdefault("allocation", {})["strategy"] = strategy
         paths[name] = tmp_path / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump(cfg))
 
     proc = start_training(paths["straight"])
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
-    for spec in STRATEGY_KILLS[strategy]:
+    for spec in [f"gen:4:{GENERATION_KILL_DELAY_MS[strategy]}", "checkpoint:2:0", "update:3:50"]:
         proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
         _, err = proc.communicate(timeout=900)
         assert proc.returncode == -signal.SIGKILL, (
