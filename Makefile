@@ -3,7 +3,7 @@
 #   make test    the test suite (what CI runs)
 #   make test-slurm  profiles/slurm on a one-node SLURM started here (root; part of `make test`)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
-#   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~1.6 h on 2 cores)
+#   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~1 h on 2 cores)
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
 #   make cost-model  the step-time model fitted on two smoke arms, checked on seven held out (docs/cost-model.md)
 #   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
