@@ -25,7 +25,7 @@ N_M = {"grpo": (4, 4), "pods": (16, 4)}
 JITTER = {0: -0.2, 1: 0.0, 2: 0.2}  # checkpoints fire a little early or late; the median is on time
 
 
-def write_run(experiment: Path, arm: str, seed: int) -> Path:
+def write_run(experiment: Path, arm: str, seed: int, n_problems: int = 200) -> Path:
     folder = experiment / "runs" / arm / f"seed{seed}"
     n, m = N_M[arm]
     atomic_write_json(
@@ -86,7 +86,7 @@ def write_run(experiment: Path, arm: str, seed: int) -> Path:
                 step=step,
                 train_time_s=t,
                 benchmark="arith",
-                n_problems=200,
+                n_problems=n_problems,
                 repeats=2,
                 answer_acc=[acc, acc],
                 format_acc=[1.0, 1.0],
@@ -165,6 +165,21 @@ def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsy
     for stem in ("accuracy", "length", "accuracy-rollouts"):
         assert (figures / "smoke-equal-rollouts" / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
         assert (figures / "smoke-equal-rollouts" / f"{stem}.pdf").read_bytes()[:4] == b"%PDF"
+
+
+@pytest.mark.parametrize("n_problems", [200, 20])
+def test_the_verdict_says_when_the_peak_band_is_within_evaluation_noise(tmp_path, n_problems):
+    """T..peak is 0.9 points; the SE of the mean of 3 seeds at T (accuracy 0.9, 2 repeats) is 0.87
+    points on 200 problems and 2.7 on 20: only then is crossing T a matter of noise."""
+    root = tmp_path / "results" / "noisy"
+    for arm in CURVES:
+        for seed in JITTER:
+            write_run(root, arm, seed, n_problems=n_problems)
+    assert main(["aggregate", str(root), "--out", str(tmp_path / "out"), "--bootstrap", "200"]) == 0
+    verdict = (tmp_path / "out" / "noisy" / "summary" / "verdict.md").read_text()
+    assert verdict.startswith("pods reached 0.99 x grpo's peak 2.00x sooner")
+    within = "the band from T to grpo's peak, 0.90 points, is narrower than the evaluation noise of the mean, 2.74"
+    assert (within in verdict) == (n_problems == 20), verdict
 
 
 def test_a_single_seed_gives_numbers_without_intervals(tmp_path, capsys):

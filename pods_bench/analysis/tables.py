@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -174,6 +175,30 @@ def format_speedup(row: pd.Series, column: str = "speedup", latex: bool = False,
     return text
 
 
+class ThresholdNoise(NamedTuple):
+    band: float  # T..peak: the (1 - q) x peak the paper's statistic resolves
+    se_run: float  # binomial SE of the baseline's accuracy at T, one run
+    se_mean: float  # the same for the mean over seeds
+    seeds: int
+
+
+def noise_at_threshold(summary: Summary) -> ThresholdNoise | None:
+    """The baseline's evaluation noise where it reaches T, beside the band T..peak: when the band is
+    the narrower, whether an arm's plateau crosses T is decided by evaluation noise."""
+    r, c = summary.speedups.iloc[0], summary.curves
+    at_t = c[
+        (c["arm"] == summary.baseline)
+        & (c["benchmark"] == summary.benchmark)
+        & (c["metric"] == summary.metric)
+        & (c["time_s"] == r["t_baseline_s"])
+    ]
+    if not len(at_t) or pd.isna(at_t["binomial_se"].iloc[0]):
+        return None
+    at_t = at_t.iloc[0]
+    band = (1 - summary.options.q) * r["peak"]
+    return ThresholdNoise(band, at_t["binomial_se"], at_t["binomial_se_mean"], int(at_t["n_seeds"]))
+
+
 def verdict_lines(summary: Summary) -> list[str]:
     """The answer a user came for, a sentence per arm against the baseline: the paper's statistic
     (time to q x the baseline's peak) and the time to 80 % of the baseline's gain, with their
@@ -196,6 +221,12 @@ def verdict_lines(summary: Summary) -> list[str]:
             )
             if bound == ">=":
                 paper += f" ({base} peaked at its last checkpoint: a lower bound)"
+            noise = noise_at_threshold(summary)
+            if noise is not None and noise.band < noise.se_mean:
+                paper += (
+                    f" (the band from T to {base}'s peak, {noise.band * 100:.2f} points, is narrower than the "
+                    f"evaluation noise of the mean, {noise.se_mean * 100:.2f}: within noise)"
+                )
         lines.append(f"{paper}; to {gain} % of {base}'s gain {format_speedup(r, f'speedup_gain{gain}')}.")
     return lines
 
@@ -266,19 +297,12 @@ def caption(summary: Summary) -> str:
         f"Gain: time to reach start + {GAIN_FRACTIONS[1]:g} x ({summary.baseline} peak - start), interpolated. "
         f"Mean acc. over budget: area under the curve / {summary.baseline}'s budget."
     )
-    # evaluation noise beside the 1 - q band the paper's statistic resolves
-    c = summary.curves
-    at_t = c[
-        (c["arm"] == summary.baseline)
-        & (c["benchmark"] == summary.benchmark)
-        & (c["metric"] == summary.metric)
-        & (c["time_s"] == r["t_baseline_s"])
-    ]
-    if len(at_t) and pd.notna(at_t["binomial_se"].iloc[0]):
+    noise = noise_at_threshold(summary)
+    if noise is not None:
         text += (
-            f" Evaluation noise at T: binomial SE {at_t['binomial_se'].iloc[0] * 100:.2f} points for one run, "
-            f"{at_t['binomial_se_mean'].iloc[0] * 100:.2f} for the mean of {int(at_t['n_seeds'].iloc[0])} seeds; "
-            f"the band T..peak is {(1 - summary.options.q) * r['peak'] * 100:.2f} points."
+            f" Evaluation noise at T: binomial SE {noise.se_run * 100:.2f} points for one run, "
+            f"{noise.se_mean * 100:.2f} for the mean of {noise.seeds} seeds; "
+            f"the band T..peak is {noise.band * 100:.2f} points."
         )
     return text
 
