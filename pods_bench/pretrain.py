@@ -68,6 +68,11 @@ class PretrainConfig:
     lr_min_ratio: float = 0.1  # ...to 3e-4, kept through the noise phase (1e-3 there cost greedy accuracy)
     warmup_steps: int = 50
     seed: int = 0
+    # torch threads, fixed: a CPU adds floats in an order that depends on the thread count, so the
+    # same seed built with 1 or 8 threads is not the model built with 2 (bit-different weights after
+    # 40 steps; the 720-step model samples 0.33 built with 1 thread, 0.38 with 2), and the smoke's
+    # verdict starts from that model. 2: what a 2-core machine gives it (docs/smoke-model.md).
+    threads: int = 2
 
     def validate(self) -> None:
         if self.steps < 1:
@@ -82,6 +87,8 @@ class PretrainConfig:
             raise PodsBenchError(f"pretrain batch_size must be >= 1, got {self.batch_size}")
         if not self.lr > 0:
             raise PodsBenchError(f"pretrain lr must be > 0, got {self.lr}")
+        if self.threads < 1:
+            raise PodsBenchError(f"pretrain threads must be >= 1, got {self.threads}")
 
 
 def render_prompt(cfg: PretrainConfig, problem, tokenizer) -> str:
@@ -155,11 +162,22 @@ def training_problems(cfg: PretrainConfig) -> list:
 
 def train_warm_start(cfg: PretrainConfig, problems: list, show_progress: bool = True):
     """Build the tiny model and train it on `problems`' worked solutions; returns (model,
-    tokenizer, stats)."""
+    tokenizer, stats), with the recipe's torch threads whatever the machine's."""
+    import torch
+
+    cfg.validate()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        return _train(cfg, problems, show_progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(cfg: PretrainConfig, problems: list, show_progress: bool):
     import torch
     from tqdm.auto import tqdm
 
-    cfg.validate()
     tokenizer = build_char_tokenizer()
     golds = [p.gold for p in problems]
     prompt_ids: dict[int, list[int]] = {}  # rendered and tokenized on first use: short runs touch few problems
@@ -209,6 +227,7 @@ def train_warm_start(cfg: PretrainConfig, problems: list, show_progress: bool = 
         "clean_steps": step - noise_steps,
         "noise_steps": noise_steps,
         "wall_s": round(time.perf_counter() - start, 2),
+        "torch_threads": torch.get_num_threads(),
         "final_loss_ema": round(loss_ema, 4) if loss_ema is not None else None,
         "parameters": sum(p.numel() for p in model.parameters()),
     }

@@ -39,8 +39,6 @@ def smoke_model_dir(tmp_path_factory) -> Path:
     `arith` task with a smaller model (hidden 64, 2 layers) than the smoke recipe's and no
     randomised-answer phase, so that it learns the task in ~30-40 s (sampled accuracy 0.3-0.5).
     Its settings are in `<dir>/pretrain.json`."""
-    import torch
-
     from pods_bench.models import TinyModelConfig
     from pods_bench.pretrain import PretrainConfig, pretrain
 
@@ -50,15 +48,11 @@ def smoke_model_dir(tmp_path_factory) -> Path:
         batch_size=32,
         warmup_steps=30,
         noise_share=0.0,
+        # One thread: two threads stall each other (5-30x slower) as soon as another process is busy
+        # on a 2-core machine; alone, one thread is only ~1.5-2x slower.
+        threads=1,
     )
-    threads = torch.get_num_threads()
-    # One thread: two threads stall each other (5-30x slower) as soon as another process is busy on
-    # a 2-core machine; alone, one thread is only ~1.5-2x slower.
-    torch.set_num_threads(1)
-    try:
-        folder, _ = pretrain(cfg, tmp_path_factory.mktemp("smoke_model") / "arith-tiny", show_progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    folder, _ = pretrain(cfg, tmp_path_factory.mktemp("smoke_model") / "arith-tiny", show_progress=False)
     return folder
 
 

@@ -50,6 +50,26 @@ def test_pretrain_writes_a_loadable_folder_and_reuses_it(tmp_path):
     assert weights.stat().st_mtime_ns != stamp and [p.name for p in tmp_path.iterdir()] == ["warm"]
 
 
+def test_the_recipe_sets_its_own_torch_threads():
+    """The weights depend on the thread count (the order of float sums), so pretraining uses the
+    recipe's threads, not the process's, records them, and gives the process its own back."""
+    import torch
+
+    cfg = replace(QUICK, threads=1)
+    before = torch.get_num_threads()
+    weights = []
+    try:
+        for ambient in (1, 2):
+            torch.set_num_threads(ambient)
+            model, _, stats = train_warm_start(cfg, training_problems(cfg), show_progress=False)
+            assert stats["torch_threads"] == 1 and torch.get_num_threads() == ambient
+            weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(weights[0], weights[1])
+    assert PretrainConfig().threads == 2  # the 2-core smoke machine's (docs/smoke-model.md)
+
+
 def test_seconds_cap_stops_training_early():
     cfg = replace(QUICK, steps=10**6, seconds=2.0)
     _, _, stats = train_warm_start(cfg, training_problems(cfg), show_progress=False)
@@ -89,6 +109,7 @@ def test_randomised_answers_keep_the_worked_computation():
         ({"noise_share": 1.0}, "noise_share must be in"),
         ({"noise_fraction": 1.5}, "noise_fraction must be in"),
         ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"threads": 0}, "threads must be >= 1"),
         ({"task": "nope"}, "unknown task 'nope'"),
     ],
 )

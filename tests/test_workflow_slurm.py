@@ -52,10 +52,8 @@ SHORT_STEPS_SMOKE = {
 }
 RUNS = ["grpo_n16_m16/seed0", "pods_n16_m8/seed0"]
 # Test-only settings beside the documented command: status checks from 1 s after a submission
-# instead of the plugin's 40 s, logs of successful jobs kept; the smoke workflow's warm start on the
-# node's 2 CPUs (its rule asks 8).
+# instead of the plugin's 40 s, logs of successful jobs kept.
 STATUS_CHECKS = ["--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs"]
-WARM_START_ON_TWO_CPUS = ["--set-threads", "warm_start=2"]
 
 
 def require(reason: str):
@@ -139,7 +137,7 @@ def test_bad_cluster_settings_stop_the_workflow_with_one_line(cluster, tmp_path,
 def test_the_smoke_workflow_through_sbatch_cancelled_killed_and_resumed(cluster, tmp_path, data_dir):
     env = {**cluster.env, "PODS_BENCH_DATA_DIR": str(data_dir)}
     configs = ["--configfile", str(CONFIG_DIR / "smoke.yaml"), write_yaml(tmp_path / "short.yaml", SHORT_STEPS_SMOKE)]
-    command = ["--profile", PROFILE, *configs, *submission(), *STATUS_CHECKS, *WARM_START_ON_TWO_CPUS]
+    command = ["--profile", PROFILE, *configs, *submission(), *STATUS_CHECKS]
     runs = tmp_path / "results" / "smoke" / "runs"
     started = time.monotonic()
 

@@ -24,6 +24,7 @@ from pods_bench import workflow_jobs as jobs
 from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
 from pods_bench.planning.plan import check_fits
+from pods_bench.pretrain import PretrainConfig
 
 ROOT = Path(workflow.basedir)
 SCHEMA = ROOT / "workflows" / "schemas" / "config.schema.yaml"
@@ -39,6 +40,7 @@ CONFIG_FILES = [str(p) for p in workflow.overwrite_configfiles] or [str(ROOT / "
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 PODS_BENCH = jobs.PODS_BENCH
+PRETRAIN_THREADS = PretrainConfig().threads
 
 
 def torch_threads(threads: int, processes: int = 1) -> str:

@@ -30,7 +30,7 @@ rule warm_start:
         f"results/warm_start/logs/{WARM_START.name}.log",
     benchmark:
         f"results/warm_start/benchmarks/{WARM_START.name}.tsv"
-    threads: 8  # every later job waits for it; a local run gives it at most --cores
+    threads: PRETRAIN_THREADS  # the recipe's torch threads (pods_bench/pretrain.py): more would build another model
     resources:
         mem_mb=4000,
         runtime=60,
