@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pods_bench.analysis.figures import without_partial_bands
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.tables import SUMMARY_FILES
 from pods_bench.cli import main
@@ -180,6 +181,25 @@ def test_the_verdict_says_when_the_peak_band_is_within_evaluation_noise(tmp_path
     assert verdict.startswith("pods reached 0.99 x grpo's peak 2.00x sooner")
     within = "the band from T to grpo's peak, 0.90 points, is narrower than the evaluation noise of the mean, 2.74"
     assert (within in verdict) == (n_problems == 20), verdict
+
+
+def test_a_checkpoint_only_some_seeds_reached_gets_no_band():
+    """The last checkpoint of 2 of an arm's 8 seeds: its mean is drawn, its band (a 1-df t-interval
+    spanning most of the axis, and not over the 8 seeds the legend names) is not."""
+    curves = pd.DataFrame(
+        {
+            "arm": ["a", "a", "a", "b"],
+            "time_s": [0.0, 10.0, 12.0, 10.0],
+            "mean": [0.2, 0.3, 0.35, 0.3],
+            "ci_low": [0.2, 0.28, 0.05, 0.27],
+            "ci_high": [0.2, 0.32, 0.62, 0.33],
+            "n_seeds": [8, 8, 2, 3],
+        }
+    )
+    banded = without_partial_bands(curves)
+    assert banded["ci_low"].isna().tolist() == [False, False, True, False]
+    assert banded["ci_high"].isna().tolist() == [False, False, True, False]
+    assert banded["mean"].tolist() == curves["mean"].tolist()
 
 
 def test_a_single_seed_gives_numbers_without_intervals(tmp_path, capsys):

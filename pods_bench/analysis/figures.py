@@ -76,7 +76,15 @@ def _time_label(summary: Summary) -> str:
 
 def _curves(summary: Summary, metric: str) -> pd.DataFrame:
     c = summary.curves
-    return c[(c["benchmark"] == summary.benchmark) & (c["metric"] == metric)]
+    return without_partial_bands(c[(c["benchmark"] == summary.benchmark) & (c["metric"] == metric)])
+
+
+def without_partial_bands(curves: pd.DataFrame) -> pd.DataFrame:
+    """No band where only some of an arm's seeds have a checkpoint (the last one, when the seeds'
+    clocks end a little apart): the legend names the band over all seeds, and over 2 seeds a
+    t-interval spans most of the axis."""
+    partial = curves["n_seeds"] < curves.groupby("arm")["n_seeds"].transform("max")
+    return curves.assign(ci_low=curves["ci_low"].mask(partial), ci_high=curves["ci_high"].mask(partial))
 
 
 def _draw_curves(ax, curves: pd.DataFrame, arms: list[str], colors: dict, scale: float, unit: str, labels: dict):
