@@ -206,6 +206,13 @@ def verdict_lines(summary: Summary) -> list[str]:
     s = summary.speedups
     gain = round(GAIN_FRACTIONS[1] * 100)
     base = summary.baseline
+    noise = noise_at_threshold(summary)  # the baseline's, the same for every arm
+    within_noise = (
+        f" (the band from T to {base}'s peak, {noise.band * 100:.2f} points, is narrower than the "
+        f"evaluation noise of the mean, {noise.se_mean * 100:.2f}: within noise)"
+        if noise is not None and noise.band < noise.se_mean
+        else ""
+    )
     lines = []
     for _, r in s[~s["is_baseline"]].iterrows():
         seeds = f"over {int(r['n_seeds'])} seed{'s' * (int(r['n_seeds']) != 1)}"
@@ -221,12 +228,7 @@ def verdict_lines(summary: Summary) -> list[str]:
             )
             if bound == ">=":
                 paper += f" ({base} peaked at its last checkpoint: a lower bound)"
-            noise = noise_at_threshold(summary)
-            if noise is not None and noise.band < noise.se_mean:
-                paper += (
-                    f" (the band from T to {base}'s peak, {noise.band * 100:.2f} points, is narrower than the "
-                    f"evaluation noise of the mean, {noise.se_mean * 100:.2f}: within noise)"
-                )
+            paper += within_noise
         lines.append(f"{paper}; to {gain} % of {base}'s gain {format_speedup(r, f'speedup_gain{gain}')}.")
     return lines
 
