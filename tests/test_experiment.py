@@ -114,14 +114,13 @@ def test_set_flags_are_quoted_for_the_shell():
 
 
 def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
-    config, _, arms = loaded("smoke")
-    assert jobs.finished_run(config, "pods_n16_m8", 3, arms["pods_n16_m8"]) == (
-        "results/smoke/runs/pods_n16_m8/seed3/eval.done"
+    config, _, arms = loaded("gsm8k_main")
+    assert jobs.finished_run(config, "pods_n64_m16", 3, arms["pods_n64_m16"]) == (
+        "results/gsm8k_main/runs/pods_n64_m16/seed3/eval.done"
     )
-    config, _, arms = loaded("h100x8")  # evaluated inline: no evaluation job
-    assert jobs.finished_run(config, "grpo_n32_m32", 21, arms["grpo_n32_m32"]) == (
-        "results/h100x8/runs/grpo_n32_m32/seed21/train.done"
-    )
+    for name, arm, seed in [("h100x8", "grpo_n32_m32", 21), ("smoke", "pods_n16_m8", 3)]:
+        config, _, arms = loaded(name)  # evaluated inline: no evaluation job
+        assert jobs.finished_run(config, arm, seed, arms[arm]) == f"results/{name}/runs/{arm}/seed{seed}/train.done"
 
 
 def test_a_seed_waits_for_every_arm_of_the_seed_before_it():

@@ -59,7 +59,7 @@ def per_experiment(
 
 # arms x seeds of each config, as the paper ran them (docs/workflow.md)
 EXPECTED_JOBS = {
-    "smoke": per_experiment(2 * 5, warm_start=True, calibrated=True),
+    "smoke": per_experiment(2 * 5, separate_eval=False, warm_start=True, calibrated=True),  # inline
     "gsm8k_main": per_experiment(2 * 10),
     "math_main": per_experiment(2 * 10),
     "llama_gsm8k": per_experiment(2 * 10),

@@ -44,7 +44,7 @@ SHORT_STEPS_SMOKE = {
     "warm_start": {"name": "arith-tiny-test", "steps": 60},
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2, "checkpoint_every_s": 3600},
-        "eval": {"n_problems": 20},
+        "eval": {"n_problems": 20, "inline": False},  # the separate evaluation job is under test too
         # math-verify's timeouts are wall-clock: on a busy machine a parse can pass the default 1 s in
         # one workflow and not in the other (reward_failures, and rewards, would then differ)
         "reward": {"timeout_s": 10},

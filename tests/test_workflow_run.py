@@ -102,17 +102,18 @@ def test_paper_setting_end_to_end_with_the_tiny_model(tmp_path, data_dir):
     assert all(r["status"] == "finished" and r["versions"] for r in manifest["runs"])
 
 
-def check_seeds_ran_side_by_side(runs: Path, arms: list[str], seeds: list[int]) -> None:
+def check_seeds_ran_side_by_side(runs: Path, arms: list[str], seeds: list[int], finished: str) -> None:
     """`pair_seeds`: the arms of a seed trained at the same time (each started before any ended), and
-    no run of a seed started before every run of the seed before it was evaluated (eval.done)."""
+    no run of a seed started before every run of the seed before it was finished (its marker
+    `finished`: eval.done after a separate evaluation job, train.done when evaluated inline)."""
     run = lambda arm, seed: json.loads((runs / arm / f"seed{seed}" / "run.json").read_text())
     when = lambda text: datetime.fromisoformat(text).timestamp()
     for at, seed in enumerate(seeds):
         started = [when(run(arm, seed)["started_at"]) for arm in arms]
         assert max(started) < min(when(run(arm, seed)["finished_at"]) for arm in arms), seed
         if at:
-            evaluated = max((runs / arm / f"seed{seeds[at - 1]}" / "eval.done").stat().st_mtime for arm in arms)
-            assert min(started) >= evaluated - 1.0, seed  # started_at is kept to the second
+            done = max((runs / arm / f"seed{seeds[at - 1]}" / finished).stat().st_mtime for arm in arms)
+            assert min(started) >= done - 1.0, seed  # started_at is kept to the second
 
 
 def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
@@ -126,7 +127,13 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     runs = sorted(p.relative_to(exp / "runs").as_posix() for p in (exp / "runs").glob("*/seed*"))
     assert runs == ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m8/seed0", "pods_n16_m8/seed1"]
     assert (tmp_path / "results" / "warm_start" / "arith-tiny-test" / "pretrain.json").is_file()
-    check_seeds_ran_side_by_side(exp / "runs", ["grpo_n16_m16", "pods_n16_m8"], [0, 1])
+    # evaluated inside the training jobs (no evaluate job): every checkpoint has its records
+    check_seeds_ran_side_by_side(exp / "runs", ["grpo_n16_m16", "pods_n16_m8"], [0, 1], finished="train.done")
+    for run in runs:
+        assert not (exp / "runs" / run / "eval.done").exists()
+        checkpoints = {p.name for p in (exp / "runs" / run / "checkpoints").glob("step-*")}
+        assert {r["checkpoint"] for r in read_jsonl(exp / "runs" / run / "eval.jsonl")} == checkpoints, run
+        assert "step-000000" in checkpoints and len(checkpoints) >= 2, run
     speedups = pd.read_csv(exp / "summary" / "speedups.csv")
     assert set(speedups["arm"]) == {"grpo_n16_m16", "pods_n16_m8"}
     assert speedups.set_index("arm").loc["pods_n16_m8", "paired_seeds"]  # so the analysis pairs them

@@ -45,7 +45,7 @@ SHORT_STEPS_SMOKE = {
             "checkpoint_every_steps": 2,
             "checkpoint_every_s": 3600,
         },
-        "eval": {"n_problems": 10},
+        "eval": {"n_problems": 10, "inline": False},  # the separate evaluation job is under test too
         "reward": {"timeout_s": 10},
     },
     "resources": {"train": {"runtime_min": 10}},
