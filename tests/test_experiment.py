@@ -124,7 +124,7 @@ def test_a_run_is_finished_by_its_evaluation_or_by_inline_training():
 
 
 def test_a_seed_waits_for_every_arm_of_the_seed_before_it():
-    config, _, _ = loaded("smoke")  # seeds [0, 1, 2, 3, 4], pair_seeds by default
+    config, _, _ = loaded("smoke")  # seeds [0, 1, 2, 3], pair_seeds by default
     assert config.pair_seeds is True
     assert jobs.previous_seed_runs(config, 0) == []
     assert jobs.previous_seed_runs(config, "3") == [("grpo_n16_m16", 2), ("pods_n16_m8", 2)]
