@@ -1,5 +1,5 @@
 # pods-bench: one venv, three entry points.
-#   make smoke   the CPU smoke replication (installs what it needs first)
+#   make smoke   the CPU smoke replication (installs what it needs first; ~15 min on 2 cores from nothing)
 #   make test    the test suite (what CI runs)
 #   make test-slurm  profiles/slurm on a one-node SLURM started here (root; part of `make test`)
 #   make bench   speed benchmarks (ratios measured side by side in one run)

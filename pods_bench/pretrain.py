@@ -52,10 +52,10 @@ class PretrainConfig:
     # be the same: no system instructions, as the official ones add ~260 tokens to every sequence.
     prompt_style: str = "instruct"
     system_prompt: str | None = ""
-    # 720 steps of 64 (~210 s on 2 cores): accuracy only takes off after ~200 steps. At 480 the warm
-    # start still depended on the CPU and the seed (GRPO from it reached 0.63-0.77 in 30 steps); from
-    # 720-step warm starts GRPO's curve bends within 30 steps (docs/smoke-model.md). A step count, not
-    # seconds, so that a slow machine builds the same recipe.
+    # 720 steps of 64 (~250 s on 2 cores, 0.35 s a step): accuracy only takes off after ~200 steps.
+    # At 480 the warm start still depended on the CPU and the seed (GRPO from it reached 0.63-0.77 in
+    # 30 steps); from 720-step warm starts GRPO's curve bends within 30 steps (docs/smoke-model.md).
+    # A step count, not seconds, so that a slow machine builds the same recipe.
     steps: int = 720
     seconds: float | None = None  # optional wall-clock cap; training stops at steps or seconds, whichever first
     # The last 10 % of the steps (72) on partly randomised answers: sampled accuracy drops from 0.72
