@@ -5,11 +5,16 @@ A fixed number of seconds cuts the curves at a different point on every CPU (19 
 `budget_in_baseline_steps` the workflow first times a few training steps of the baseline arm on
 this machine (the `calibrate` job) and gives every arm the same seconds of training clock:
 
-    budget_s           = steps x seconds_per_step        (the baseline's mean over `timed_steps`)
+    budget_s           = steps x seconds_per_step        (the baseline's median over `timed_steps`)
     checkpoint_every_s = budget_s / checkpoints
 
 Time-to-target is still measured on each arm's own clock; only the horizon and the checkpoint grid
-follow the machine. The first step is not timed (it pays for allocations and warm caches).
+follow the machine. The first UNTIMED_STEPS steps are not timed: they pay for allocations and warm
+caches, and on 2 cores the second step still took 1.5-2x a settled one (the smoke's update: 4.96,
+1.77, 1.29 s, then 1.2-1.3 s), so a mean over steps 2-4 timed 2.71 s a step against 2.19 in the runs
+and "36 steps" became 45. The median of the timed steps, not their mean, since under a CPU hog single
+steps took up to 2x the runs' median (4.3-10.3 s against 4.5): one slow step should not stretch
+every arm's budget (docs/smoke-model.md).
 
 The arms train side by side (two jobs at a time on two cores), and a step is slower beside another
 job than alone: under a CPU hog a GRPO step took 6.68 s in the runs against 5.62 s in a calibration
@@ -46,16 +51,18 @@ from pods_bench.layout import CALIBRATED_CONFIG, CALIBRATION_JSON
 from pods_bench.run_dir import TRAIN_LOG
 from pods_bench.run_info import hardware
 
+UNTIMED_STEPS = 2  # steps trained before the timed ones (warm-up: allocations, caches)
+
 
 def timed_steps(
     config_path: Path, overrides: list[str], steps: int, run_dirs: list[Path]
 ) -> list[tuple[list[float], int]]:
-    """Seconds of training clock of each of `steps` steps after an untimed first one, and the torch
+    """Seconds of training clock of each of `steps` steps after UNTIMED_STEPS untimed ones, and the torch
     threads it ran with, for each of len(run_dirs) fresh runs of the --config file + `overrides`
     trained at once, one process each (no evaluation, no checkpoints). The processes inherit this
     one's thread settings (the workflow's calibrate rule gives them a training job's)."""
     fixed = [
-        f"budget.max_steps={steps + 1}",
+        f"budget.max_steps={UNTIMED_STEPS + steps}",
         "budget.max_train_time_s=null",
         f"budget.checkpoint_every_s={1e12}",
         "budget.checkpoint_every_steps=null",
@@ -81,9 +88,11 @@ def timed_steps(
             tail = Path(log.name).read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
             raise PodsBenchError(f"calibration: the timed run {run_dir} failed ({log.name}): {tail[0]}")
         clock = [r["train_time_s"] for r in read_jsonl(run_dir / TRAIN_LOG)]
-        require(len(clock) == steps + 1, f"calibration: the timed run logged {len(clock)} of {steps + 1} steps")
+        total = UNTIMED_STEPS + steps
+        require(len(clock) == total, f"calibration: the timed run logged {len(clock)} of {total} steps")
         threads = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["hardware"]["torch_threads"]
-        out.append(([after - before for before, after in zip(clock, clock[1:])], threads))
+        timed = clock[UNTIMED_STEPS - 1 :]  # the clock at the end of the last untimed step, then of each timed one
+        out.append(([after - before for before, after in zip(timed, timed[1:])], threads))
     return out
 
 
@@ -108,7 +117,7 @@ def calibrate(
     cap = settings.get("budget", {}).get("max_train_time_s")
     out.mkdir(parents=True, exist_ok=True)
     per_run = timed_steps(Path(config_path), overrides, timed, [out / f"run-{i}" for i in range(side_by_side)])
-    seconds_per_step = statistics.fmean(t for times, _ in per_run for t in times)
+    seconds_per_step = statistics.median(t for times, _ in per_run for t in times)
     budget_s = steps * seconds_per_step
     capped = cap is not None and budget_s > cap
     if capped:
@@ -117,11 +126,12 @@ def calibrate(
         "arm": baseline.arm,
         "steps": steps,
         "checkpoints": checkpoints,
+        "untimed_steps": UNTIMED_STEPS,  # trained first, not timed
         "timed_steps": timed,
         "side_by_side": side_by_side,  # timed runs trained at once, as the arms train
         "step_times_s": [times for times, _ in per_run],  # one list per timed run
         "torch_threads": [threads for _, threads in per_run],  # of each timed run, as the arms' run.json
-        "seconds_per_step": seconds_per_step,
+        "seconds_per_step": seconds_per_step,  # the median of step_times_s, all runs together
         "budget_s": budget_s,
         "checkpoint_every_s": budget_s / checkpoints,
         "cap_s": cap,
@@ -148,8 +158,8 @@ def calibrate(
 def cli(args) -> int:
     c = calibrate(args.config, args.set, args.steps, args.checkpoints, args.timed_steps, args.out, args.side_by_side)
     print(
-        f"{c['arm']}: {c['seconds_per_step']:.3f} s/step (mean of {c['timed_steps']} steps x {c['side_by_side']} "
-        f"run(s) side by side) -> a budget of "
+        f"{c['arm']}: {c['seconds_per_step']:.3f} s/step (median of {c['timed_steps']} steps x {c['side_by_side']} "
+        f"run(s) side by side, after {c['untimed_steps']} untimed) -> a budget of "
         f"{c['budget_s']:.1f} s ({c['steps']} steps), a checkpoint every {c['checkpoint_every_s']:.2f} s"
     )
     if c["capped"]:

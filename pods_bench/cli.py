@@ -206,7 +206,7 @@ def _calibrate(p: argparse.ArgumentParser):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="the baseline arm's overrides")
     p.add_argument("--steps", type=int, required=True, help="the budget, in the baseline's steps")
     p.add_argument("--checkpoints", type=int, default=12, help="checkpoints over the budget (default 12)")
-    p.add_argument("--timed-steps", type=int, default=3, help="steps timed after an untimed first one (default 3)")
+    p.add_argument("--timed-steps", type=int, default=3, help="steps timed after two untimed ones (default 3)")
     p.add_argument(
         "--side-by-side", type=int, default=1, help="timed runs trained at once, as many as the arms train at once"
     )

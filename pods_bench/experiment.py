@@ -95,7 +95,7 @@ class BaselineStepsBudget:
 
     steps: int
     checkpoints: int = 12  # a checkpoint every budget / checkpoints seconds
-    timed_steps: int = 3  # timed after an untimed first step
+    timed_steps: int = 3  # timed after calibration.UNTIMED_STEPS untimed ones; their median
     # timed runs trained at once; None: as many as the workflow trains at once here (common.smk)
     side_by_side: int | None = None
 

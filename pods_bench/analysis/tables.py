@@ -265,6 +265,11 @@ def _side_by_side(calibration: dict) -> str:
     return f" of {runs} runs side by side, as the arms train" if runs > 1 else ""
 
 
+def _statistic(calibration: dict) -> str:
+    # calibrations before untimed_steps was recorded timed after one untimed step and took the mean
+    return "median" if "untimed_steps" in calibration else "mean"
+
+
 def _calibrated(calibration: dict | None) -> str:
     """How a budget in baseline steps was resolved on this machine (pods_bench/calibration.py)."""
     if not calibration:
@@ -272,7 +277,7 @@ def _calibrated(calibration: dict | None) -> str:
     c = calibration
     text = (
         f" = {c['steps']} steps of {c['arm']} at {c['seconds_per_step']:.2f} s/step, timed here before the runs "
-        f"(mean of {c['timed_steps']} steps{_side_by_side(c)}): {c['budget_s']:.1f} s of training clock for every arm, "
+        f"({_statistic(c)} of {c['timed_steps']} step{'s' * (c['timed_steps'] != 1)}{_side_by_side(c)}): {c['budget_s']:.1f} s of training clock for every arm, "
         f"a checkpoint every {c['checkpoint_every_s']:.2f} s"
     )
     return text + (f", capped at {c['cap_s']:g} s" if c.get("capped") else "")
