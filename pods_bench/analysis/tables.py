@@ -275,10 +275,11 @@ def _calibrated(calibration: dict | None) -> str:
     if not calibration:
         return ""
     c = calibration
+    timed = f"{c['timed_steps']} step{'s' * (c['timed_steps'] != 1)}"
     text = (
-        f" = {c['steps']} steps of {c['arm']} at {c['seconds_per_step']:.2f} s/step, timed here before the runs "
-        f"({_statistic(c)} of {c['timed_steps']} step{'s' * (c['timed_steps'] != 1)}{_side_by_side(c)}): {c['budget_s']:.1f} s of training clock for every arm, "
-        f"a checkpoint every {c['checkpoint_every_s']:.2f} s"
+        f"; set as {c['steps']} steps of {c['arm']} at {c['seconds_per_step']:.2f} s/step, timed here before the "
+        f"runs ({_statistic(c)} of {timed}{_side_by_side(c)}): {c['budget_s']:.1f} s of training clock for every "
+        f"arm (a run stops after the step that passes it), a checkpoint every {c['checkpoint_every_s']:.2f} s"
     )
     return text + (f", capped at {c['cap_s']:g} s" if c.get("capped") else "")
 
@@ -292,7 +293,8 @@ def caption(summary: Summary) -> str:
         f"T = {summary.options.q:g} x peak of {summary.baseline} = {r['threshold'] * 100:.2f} %; "
         f"speedup = time for {summary.baseline} to reach T / time for the arm (first checkpoint at or above T; "
         f"{summary.baseline} reaches T at {format_time(r['t_baseline_s'], unit)}). "
-        f"Budget {format_time(r['budget_s'], unit)}{_calibrated(exp.calibration)}. "
+        f"Budget {format_time(r['budget_s'], unit)} ({summary.baseline}'s last checkpoint)"
+        f"{_calibrated(exp.calibration)}. "
         + (
             f"[95 % CI]: percentile bootstrap over seeds, {n_boot} resamples. "
             if n_boot
