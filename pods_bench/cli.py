@@ -109,8 +109,10 @@ def _evaluate(p: argparse.ArgumentParser):
     )
 
     def handler(args):
+        from pods_bench.cuda_memory import configure_allocator
         from pods_bench.evaluate import evaluate_run
 
+        configure_allocator()  # before anything touches CUDA
         print(f"{evaluate_run(args.run_dir, args.set)} eval records written to {args.run_dir}")
 
     p.set_defaults(_handler=handler)

@@ -85,6 +85,14 @@ class StepRecord:
     flops_update: float
     flops_reference: float
     flops_reward: float
+    # the CUDA allocator's high-water marks in GiB, by phase (gen: sampling and grading on the whole
+    # weights; update; sync), the largest process's; None on CPU
+    peak_allocated_gen_gib: float | None = None
+    peak_reserved_gen_gib: float | None = None
+    peak_allocated_update_gib: float | None = None
+    peak_reserved_update_gib: float | None = None
+    peak_allocated_sync_gib: float | None = None
+    peak_reserved_sync_gib: float | None = None
     allocation_counters: dict = field(default_factory=dict)
 
     def as_line(self) -> dict:

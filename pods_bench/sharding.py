@@ -2,12 +2,21 @@
 
 The layout of the authors' 8-GPU runs (DeepSpeed ZeRO-2 with bf16, open-r1 exp.sh at 9459b96):
 float32 master weights, AdamW state and gradients held 1/K per process, bf16 parameters for the
-forward pass and for generation. FSDP2 (`torch.distributed.fsdp.fully_shard`) gives it with
-`MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: each decoder layer and the rest of
-the model are sharded units; a unit's bf16 parameters are all-gathered for its forward and backward
-pass and freed after, gradients are reduce-scattered in float32, and AdamW steps each process's
-float32 shard. Beyond ZeRO-2, the parameters are sharded between passes too (ZeRO-3), which only
-saves memory. Chosen over DeepSpeed through accelerate because it is part of torch (no extra
+forward pass and for generation. FSDP2 (`torch.distributed.fsdp.fully_shard`, torch >= 2.7) gives it
+with `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: each decoder layer and the
+rest of the model are sharded units; a unit's bf16 parameters are all-gathered for its forward and
+backward pass and freed after, and AdamW steps each process's float32 shard.
+
+Gradients are reduce-scattered in float32 at the end of every forward/backward pass, as DeepSpeed's
+ZeRO-2 reduces every micro-step, and accumulate in the float32 shard: between the passes of an update
+a process holds 4 P / K bytes of gradient (tests/test_fsdp_gradients.py measures it). FSDP2's
+`set_requires_gradient_sync(False)` (gradient accumulation without communication) would instead keep
+every parameter's whole float32 gradient on every process until the last pass, 4 P bytes: the
+ZeRO-1 layout, 11.5 GiB at 3B where this one holds 1.4. What differs from ZeRO-2 beyond memory: the
+parameters are sharded between passes too (ZeRO-3) and re-gathered for every pass (an all-gather per
+unit and pass, where ZeRO-2 keeps bf16 weights whole), and the output layer's bf16 gradient is summed
+over the log-prob chunks in bf16 before the float32 reduce (pods_bench/logprobs.py) where DeepSpeed
+accumulates into float32 at once. Chosen over DeepSpeed through accelerate because it is part of torch (no extra
 dependency or compiled op), runs with gloo on CPU, and its units are ordinary modules, so HF
 `generate`, the log-prob head (pods_bench/logprobs.py) and checkpoints work on them unchanged.
 
@@ -31,6 +40,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from pods_bench.cuda_memory import release_cached_memory
+
 
 def uses_fsdp(cfg, processes: int) -> bool:
     return cfg.optim.fsdp and processes > 1
@@ -45,11 +56,13 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return list(model.get_decoder().layers)
 
 
-def shard(model, cfg, device) -> torch.nn.Module:
+def shard(model, cfg, device, reduce_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """Shard `model` (float32 weights) in place: one FSDP unit per decoder layer and one for the rest
-    (embeddings, final norm and the output layer, which may share the embeddings' weight)."""
+    (embeddings, final norm and the output layer, which may share the embeddings' weight).
+    `reduce_dtype` is the gradients' in the reduce-scatter (float32, as ZeRO-2 with bf16 reduces;
+    another only for tests that must see the difference)."""
     compute = torch.bfloat16 if cfg.model.mixed_precision == "bf16" else None
-    policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce_dtype)
     model.to(device)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
@@ -79,11 +92,25 @@ def gathered(model, engine):
         for unit in fsdp_units:
             unit.reshard()
             unit.set_reshard_after_forward(True)
+        release_cached_memory(next(model.parameters()).device)  # generation's blocks: not the update's shapes
 
 
-def gradient_sync(model, enabled: bool) -> None:
-    """Reduce-scatter gradients in this backward pass (the last of an update) or keep accumulating."""
-    model.set_requires_gradient_sync(enabled)
+def gradient_bytes(model) -> int:
+    """Bytes of gradient this process holds now: its float32 shards plus whatever whole gradients FSDP
+    keeps between passes (none while every pass reduce-scatters). Reads FSDP2's per-parameter state,
+    which has no public accessor: for tests and the GPU check, not for the training loop."""
+    held = 0
+    for unit in units(model):
+        state = unit._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None) or [state._fsdp_param_group]  # torch < 2.12: one
+        for fsdp_param in (p for group in groups if group is not None for p in group.fsdp_params):
+            whole = [fsdp_param.unsharded_accumulated_grad]
+            if hasattr(fsdp_param, "_unsharded_param"):
+                whole.append(fsdp_param._unsharded_param.grad)
+            shard_grad = fsdp_param.sharded_param.grad
+            whole.append(shard_grad.to_local() if isinstance(shard_grad, DTensor) else shard_grad)
+            held += sum(t.numel() * t.element_size() for t in whole if t is not None)
+    return held
 
 
 def total_norm(norm) -> float:

@@ -47,6 +47,7 @@ from pods_bench import run_dir as run_folder
 from pods_bench import run_info
 from pods_bench.allocation import make_allocator
 from pods_bench.config import TrainConfig, flatten
+from pods_bench.cuda_memory import configure_allocator, peaks_gib, release_cached_memory, reset_peaks
 from pods_bench.engines import make_engine
 from pods_bench.errors import PodsBenchError
 from pods_bench.evaluate import evaluate_missing, load_benchmarks
@@ -58,7 +59,7 @@ from pods_bench.rewards import RewardFunction
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, StepRecord, phase_field
 from pods_bench.sampling import PromptStream, RolloutSampler, derived_seed, timed
 from pods_bench.selection import choose
-from pods_bench.sharding import gathered, gradient_sync, is_sharded, shard, total_norm, uses_fsdp
+from pods_bench.sharding import gathered, is_sharded, shard, total_norm, uses_fsdp
 from pods_bench.tasks import load_problems
 from pods_bench.tasks.hub import released_math_gold
 from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
@@ -298,7 +299,7 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
         stats["lr"] = scheduler.get_last_lr()[0]
         for i in range(n_micro):
             last = i == n_micro - 1
-            with gradient_sync_at_last(model, accelerator, last):  # all-reduce once, at the end
+            with gradient_sync_at_last(model, accelerator, last):  # DDP: all-reduce once, at the end
                 if i < len(micro):
                     b = micro[i]
                     logp = completion_logprobs(model, b, temperature, chunk)
@@ -328,14 +329,12 @@ def update_policy(learner: Learner, sequences: list[KeptRollout], cfg: TrainConf
 
 @contextmanager
 def gradient_sync_at_last(model, accelerator, last: bool):
-    """Gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last backward pass of an
-    update only; the others accumulate locally."""
-    if is_sharded(model):
-        gradient_sync(model, last)
+    """DDP all-reduces gradients in the last backward pass of an update only (the others accumulate
+    into its buckets, which hold the whole gradient anyway). FSDP reduce-scatters in every pass, as
+    ZeRO-2 does: accumulating whole gradients between passes would hold 4 bytes per parameter on
+    every process instead of 4 / K (pods_bench/sharding.py)."""
+    with nullcontext() if last or is_sharded(model) else accelerator.no_sync(model):
         yield
-    else:
-        with nullcontext() if last else accelerator.no_sync(model):
-            yield
 
 
 def make_optimizer(model, cfg: TrainConfig, world: int):
@@ -382,6 +381,8 @@ def make_learner(cfg: TrainConfig, accelerator, resume_from: Path | None):
 
 
 # --- one step's pieces ---------------------------------------------------------------------------
+
+MEMORY_KINDS = ("allocated", "reserved")  # what cuda_memory.peaks_gib returns, in its order
 
 
 @dataclass
@@ -439,10 +440,16 @@ def _mean_std(count: float, total: float, squares: float):
 
 
 def step_record(
-    cfg: TrainConfig, progress: Progress, phase_times: dict, sums: dict, update: dict, allocation: dict
+    cfg: TrainConfig,
+    progress: Progress,
+    phase_times: dict,
+    sums: dict,
+    update: dict,
+    allocation: dict,
+    memory: dict | None = None,
 ) -> StepRecord:
-    """One train_log.jsonl line (run_dir.StepRecord) from the all-reduced sums and the allocation
-    strategy's counters (the same on every process)."""
+    """One train_log.jsonl line (run_dir.StepRecord) from the all-reduced sums, the allocation
+    strategy's counters (the same on every process) and, on CUDA, the allocator's peaks by phase."""
     reward_mean, reward_std = _mean_std(sums["rollouts"], sums["reward_sum"], sums["reward_sq"])
     kept_mean, kept_std = _mean_std(sums["kept"], sums["kept_sum"], sums["kept_sq"])
     trained = sums["trained_tokens"]
@@ -487,6 +494,8 @@ def step_record(
         flops_update=sums["flops_update"],
         flops_reference=sums["flops_reference"],
         flops_reward=0.0,
+        # the CUDA allocator's high-water marks by phase, the largest process's (None on CPU)
+        **{name: round(value, 3) for name, value in (memory or {}).items()},
         allocation_counters=allocation,  # rounds, groups_sampled and the strategy's own (docs/results-format.md)
     )
 
@@ -711,8 +720,12 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
         flops=run.flops,
     )
     started = time.perf_counter()
+    device = accelerator.device
+    reset_peaks(device)
     with gathered(run.learner.model, run.engine):  # sharded weights: whole while HF generate samples
         batch, allocation = run.allocator.collect(sampler)
+    peaks = {"gen": peaks_gib(device)}  # CUDA allocator high-water marks by phase (None on CPU)
+    release_cached_memory(device)  # the KV cache's blocks, of other shapes than the update's
     p.cursor, times = sampler.cursor, sampler.times  # every prompt drawn is consumed
     times["select"] = max(0.0, time.perf_counter() - started - times.get("gen", 0.0) - times.get("reward", 0.0))
 
@@ -722,12 +735,16 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
 
     # 6. policy-gradient update
     failpoint("update")
+    reset_peaks(device)
     with timed(times, "update", accelerator.device):
         update = update_policy(run.learner, kept.sequences, cfg)
+    peaks["update"] = peaks_gib(device)
 
     # 7. weight sync
+    reset_peaks(device)
     with timed(times, "sync", accelerator.device):
         run.engine.sync_weights(run.learner.policy)
+    peaks["sync"] = peaks_gib(device)
 
     # the clock (every process agrees: the slowest one's phases) and the record
     phase_times = all_reduce(
@@ -738,7 +755,11 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
     trained = [len(s.prompt_ids) + len(s.completion_ids) for s in kept.sequences]
     flops = {"flops_update": run.flops.update(trained), "flops_reference": run.flops.reference(trained)}
     sums = all_reduce({**step_sums(batch, kept, sampler.counts, update), **flops}, accelerator)
-    return step_record(cfg, p, phase_times, sums, update, allocation)
+    memory = {}
+    if device.type == "cuda":  # the largest process's
+        named = {f"peak_{kind}_{phase}_gib": v[i] for phase, v in peaks.items() for i, kind in enumerate(MEMORY_KINDS)}
+        memory = all_reduce(named, accelerator, op="max")
+    return step_record(cfg, p, phase_times, sums, update, allocation, memory)
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
@@ -746,6 +767,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars at every checkpoint
+    allocator_config = configure_allocator()  # before the accelerator touches CUDA
     accelerator = make_accelerator(cfg)
     main = accelerator.is_main_process
     previous, resume_from = where_to_start(cfg)
@@ -756,6 +778,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     if main:
         open_run_folder(cfg, resume_from, p.step, lock)
         hardware = {**run_info.hardware(accelerator.num_processes), "mixed_precision": accelerator.mixed_precision}
+        if accelerator.device.type == "cuda":
+            hardware["cuda_allocator"] = allocator_config
         if is_sharded(run.learner.model):  # FSDP casts the parameters, not accelerate's autocast
             hardware |= {"mixed_precision": cfg.model.mixed_precision or "no", "sharding": "fsdp2"}
         run_folder.start_run(

@@ -5,6 +5,7 @@ full fine-tuning keeps float32 master weights there."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -57,6 +58,13 @@ def test_a_short_run_trains_on_the_gpu_with_float32_master_weights(tmp_path):
 
     weights = load_file(str(next((latest_checkpoint(tmp_path / "run") / "model").glob("*.safetensors"))))
     assert all(t.dtype == torch.float32 for t in weights.values())
+    # the allocator was configured for the run, and every step logged its peaks by phase
+    assert run["hardware"]["cuda_allocator"] in (os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:True")
+    for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines():
+        step = json.loads(line)
+        for phase in ("gen", "update", "sync"):
+            allocated, reserved = step[f"peak_allocated_{phase}_gib"], step[f"peak_reserved_{phase}_gib"]
+            assert 0 < allocated <= reserved, (phase, allocated, reserved)
 
 
 # --- what the GPU check (pods_bench/gpu_check.py) reads from the device --------------------------------

@@ -156,12 +156,17 @@ TWO_PROCESS_CASES = [(a, r, c) for a in AGGREGATIONS for r, c in [(None, 4096), 
 
 def run_on_two_processes(script: str, tmp_path: Path, *args: str) -> str:
     """stdout of `script` run as two gloo processes (torchrun) from the project root."""
+    return run_on_processes(script, tmp_path, *args, processes=2)
+
+
+def run_on_processes(script: str, tmp_path: Path, *args: str, processes: int) -> str:
+    """stdout of `script` run as `processes` gloo processes (torchrun) from the project root."""
     from tests.test_multiprocess import ENV, free_port
 
-    path = tmp_path / "two_processes.py"
+    path = tmp_path / f"{processes}_processes.py"
     path.write_text(script)
     root = Path(__file__).resolve().parents[1]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
     command += ["--master_port", str(free_port()), str(path), *args]
     out = subprocess.run(
         command, capture_output=True, text=True, timeout=600, cwd=root, env={**ENV, "PYTHONPATH": str(root)}

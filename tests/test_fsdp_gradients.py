@@ -1,0 +1,129 @@
+"""The sharded update's gradients as ZeRO-2 lays them out (pods_bench/sharding.py), on real gloo
+processes: between the passes of an update a process holds only its float32 shard of the gradient;
+under bf16 compute the reduce-scattered gradient is exactly the float32 sum of what each process's
+bf16 passes computed (a bf16 reduce would round it, and the test sees that), with and without
+gradient checkpointing, on three processes and dimensions that do not divide by three."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_logprobs import run_on_processes
+
+pytestmark = pytest.mark.slow
+
+# held between passes: the shards of the float32 gradient, a 1/K share (the even split pads a tensor
+# by at most K - 1 rows, a few per cent of these small ones), never a whole one
+GRADIENT_BYTES = """
+import json, torch
+from dataclasses import replace
+from accelerate import Accelerator
+from pods_bench.checkpoint import load_policy
+from pods_bench.models import TinyModelConfig
+from pods_bench.sharding import gradient_bytes, shard
+from pods_bench.train import Learner, update_policy
+from tests.test_logprobs import make_cfg, make_sequences
+accelerator = Accelerator(cpu=True)
+cfg = make_cfg("token", rows_per_pass=1, micro=2)
+tiny = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128)
+cfg = replace(cfg, model=replace(cfg.model, tiny=tiny, mixed_precision="bf16"), optim=replace(cfg.optim, fsdp=True))
+policy, tokenizer = load_policy(cfg)
+whole = 4 * sum(p.numel() for p in policy.parameters())  # float32 gradient of every parameter
+shard(policy, cfg, accelerator.device)
+held = []
+backward = accelerator.backward
+accelerator.backward = lambda loss: (backward(loss), held.append(gradient_bytes(policy)))
+optimizer = torch.optim.SGD(policy.parameters(), lr=1e-3)
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+share = make_sequences(8)[accelerator.process_index :: 2]
+update_policy(Learner(policy, policy, None, optimizer, scheduler, accelerator, tokenizer.pad_token_id), share, cfg)
+if accelerator.is_main_process:
+    print("RESULT " + json.dumps({"whole": whole, "held": held}))
+"""
+
+
+def test_between_passes_a_process_holds_only_its_gradient_shard(tmp_path):
+    """4 passes of one row each on each of 2 processes: after every backward pass the gradient a
+    process holds is its half of the float32 gradient (FSDP's no-sync accumulation held the whole)."""
+    stdout = run_on_processes(GRADIENT_BYTES, tmp_path, processes=2)
+    result = json.loads(next(line for line in stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert len(result["held"]) == 4
+    for held in result["held"]:
+        assert 0 < held <= 0.5 * result["whole"] * 1.05, (held, result["whole"])
+
+
+# A reduce-scattered bf16 update against its unsharded reference. Every process runs update_policy on
+# its share with FSDP (bf16 compute, float32 shards), an SGD whose step records the whole gradient;
+# rank 0 then rebuilds each process's passes on an unsharded model with the same bf16 parameters,
+# with the library's own log-prob and loss code, and sums their bf16 gradients in float32.
+BF16_GRADIENT = """
+import json, sys, torch
+from dataclasses import replace
+from accelerate import Accelerator
+from pods_bench.checkpoint import load_policy
+from pods_bench.models import TinyModelConfig
+from pods_bench.sharding import shard
+from pods_bench.train import Learner, aggregate, completion_logprobs, loss_passes, normaliser, policy_loss_terms, update_policy
+from tests.test_logprobs import make_cfg, make_sequences
+
+class Recorder(torch.optim.SGD):
+    def step(self, closure=None):
+        self.seen = [p.grad.full_tensor().float().flatten() for p in self.param_groups[0]["params"]]
+
+accelerator = Accelerator(cpu=True)
+world, rank = accelerator.num_processes, accelerator.process_index
+# hidden 44, 1 KV head of 22, MLP 70: no weight's rows divide by 3 (FSDP pads the last shard)
+tiny = TinyModelConfig(hidden_size=44, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=70)
+sequences = make_sequences(10)
+shares = [sequences[r::world] for r in range(world)]
+out = {}
+for checkpointing, reduce_dtype in json.loads(sys.argv[1]):
+    cfg = make_cfg("sequence", rows_per_pass=2, chunk=3, micro=2)
+    model_cfg = replace(cfg.model, tiny=tiny, mixed_precision="bf16", gradient_checkpointing=checkpointing)
+    cfg = replace(cfg, model=model_cfg, optim=replace(cfg.optim, fsdp=True))
+    policy, tokenizer = load_policy(cfg)
+    reference, _ = load_policy(cfg)
+    shard(policy, cfg, accelerator.device, reduce_dtype=getattr(torch, reduce_dtype))
+    optimizer = Recorder(policy.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    learner = Learner(policy, policy, None, optimizer, scheduler, accelerator, tokenizer.pad_token_id)
+    update_policy(learner, shares[rank], cfg)
+    if not accelerator.is_main_process:
+        continue
+    for p in reference.parameters():  # bf16 parameters as FSDP gathers them; buffers stay as they are
+        p.data = p.data.to(torch.bfloat16)
+    reference.train()
+    calls = []  # calls into a block: two per pass when gradient checkpointing recomputes it in backward
+    reference.get_decoder().layers[0].register_forward_pre_hook(lambda *_: calls.append(1))
+    divide_by = normaliser("sequence", len(sequences), 0, 0) / world
+    total = None
+    for share in shares:
+        for b in loss_passes(share, cfg, tokenizer.pad_token_id, "cpu"):
+            reference.zero_grad(set_to_none=True)
+            logp = completion_logprobs(reference, b, cfg.sampling.temperature, 3)
+            per_token, _, _ = policy_loss_terms(logp, logp.detach(), b["advantages"], None, 0.2, 0.0)
+            (aggregate(per_token, b["completion_mask"], "sequence", 0) / divide_by).backward()
+            grads = torch.cat([p.grad.float().flatten() for p in reference.parameters()])
+            total = grads if total is None else total + grads
+    expected = total / world
+    got = torch.cat(optimizer.seen)
+    passes = sum(len(loss_passes(share, cfg, tokenizer.pad_token_id, "cpu")) for share in shares)
+    assert len(calls) == passes * (2 if checkpointing else 1), (len(calls), passes)
+    out[f"{checkpointing}/{reduce_dtype}"] = float((got - expected).norm() / expected.norm())
+if accelerator.is_main_process:
+    print("RESULT " + json.dumps(out))
+"""
+
+
+def test_bf16_sharded_gradient_is_the_float32_sum_of_the_processes_bf16_passes(tmp_path):
+    """Three processes, uneven shards, bf16 compute, with and without gradient checkpointing: the
+    gradient AdamW would step on equals the unsharded reference to float32 rounding (relative error
+    < 1e-5); reducing in bf16 instead (the positive control) is off by bf16 rounding, > 1e-4."""
+    cases = [(checkpointing, dtype) for checkpointing in (False, True) for dtype in ("float32", "bfloat16")]
+    stdout = run_on_processes(BF16_GRADIENT, tmp_path, json.dumps(cases), processes=3)
+    errors = json.loads(next(line for line in stdout.splitlines() if line.startswith("RESULT "))[7:])
+    for checkpointing in (False, True):
+        assert errors[f"{checkpointing}/float32"] < 1e-5, errors
+        assert errors[f"{checkpointing}/bfloat16"] > 1e-4, errors
