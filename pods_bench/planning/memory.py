@@ -2,7 +2,7 @@
 
     persistent   weights (+ LoRA adapters, fp32) + AdamW moments (2 x fp32 per trainable parameter,
                  1/K each with optim.shard_optimizer_state over K processes) + a frozen reference
-                 model (KL term, full fine-tuning) + the framework's own share
+                 model (KL term, full fine-tuning)
     update       gradients (fp32, one per trainable parameter; with several processes DDP keeps them
                  in its all-reduce buckets, gradient_as_bucket_view, so there is no second copy)
                  + activations of one forward/backward pass + its log-prob chunk
@@ -10,17 +10,42 @@
     step         the optimizer step: gradients + AdamW's temporaries (on CUDA torch's multi-tensor
                  AdamW makes one fp32 temporary per trainable parameter of this process; on CPU it
                  goes tensor by tensor, so they are negligible: measured 0.24 bytes per parameter)
-    generation   HF generate: the KV cache of one generate call (engine.max_batch rows), its decoding
-                 logits and the autocast cache; vLLM: the gpu_memory_utilization share it reserves
-                 for the whole run
-    peak         persistent + the largest of update, step and HF generation (they take turns), or
-                 with vLLM persistent + the larger of update and step + vLLM's share
+    generation   HF generate (one call of up to engine.max_batch rows): its KV cache and the larger of
+                 the prefill's activations and a decode step's temporaries (below), with the autocast
+                 cache; vLLM: the gpu_memory_utilization share it reserves for the whole run
+    peak         what the allocator holds at the largest phase (persistent + the largest of update,
+                 step and HF generation, which take turns; with vLLM persistent + the larger of update
+                 and step + vLLM's share), plus the reserve (below), the framework's share (CUDA
+                 context, outside the allocator) and, with several CUDA processes, NCCL's buffers
+
+The reserve: the caching allocator holds more than live tensors (reserved >= allocated): freed blocks
+wait for reuse, and phases of very different shapes fragment them. Training and evaluation jobs run
+with expandable segments (pods_bench/cuda_memory.py), which keep reserved memory within a few per
+cent of allocated; the plan adds RESERVED_SHARE = 10 % of the allocated peak, the upper end of what
+fragmentation typically costs, and train_log's peak_reserved_* fields measure it on a real run.
+NCCL's communication buffers (per channel and peer, outside PyTorch's allocator) are counted as
+NCCL_GIB per process on a multi-GPU node.
+
+HF generate, per call of R rows (P prompt, C completion tokens): the KV cache grows to
+R (P + C) x 2 layers x kv width x c bytes, and at each decode step torch.cat makes a layer's longer
+copy before freeing the old one (one layer's cache more, briefly). The prefill runs all R P prompt
+tokens through a block at once: the MLP holds silu(gate), up and their product (3 f) beside the normed
+input, the residual stream and the attention output (3 h), c bytes each, so R P c (3 f + 3 h) on top
+of the prompt's KV. A decode step (logits of the last position only) holds R x vocabulary entries:
+the compute-dtype logits and DECODE_FLOAT32_COPIES float32 tensors (their float32 copy, the
+temperature-scaled scores, the engine's log-softmax of the previous step and of this one
+(pods_bench/engines/hf.py), the top-k-masked scores and the softmax probabilities). The larger of
+prefill and the end of decoding is the call's peak. Measured on CPU (tests/test_planning.py) for a
+prefill-, a vocabulary- and a KV-cache-dominated call: within 10 % of the peak above the resting
+process.
 
 With optim.fsdp (pods_bench/sharding.py) over K processes the float32 weights, gradients and AdamW
-state are 1/K each; there is no autocast (FSDP casts), and instead the gathered parameters in the
-compute dtype: the whole model while generating (and evaluating, and syncing the engine), and in
-the update the unit being computed, the next one (prefetched) and the root unit (embeddings, final
-norm, head), with their unsharded gradients before the reduce-scatter (float32).
+state are 1/K each (gradients are reduce-scattered after every pass: the ZeRO-2 layout); there is no
+autocast (FSDP casts), and instead the gathered parameters in the compute dtype: the whole model
+while generating (and evaluating, and syncing the engine), and in the update: the root unit
+(embeddings, final norm, head), gathered for the whole pass with its compute-dtype gradient and, at
+its reduce-scatter, a float32 copy of that gradient; the decoder layer being computed, likewise; the
+previous layer's float32 reduce-scatter input still in flight; and the next layer, prefetched.
 
 The autocast cache: under bf16 autocast with float32 weights, every linear layer's weight is cast to
 bf16 once per autocast region and the copy kept until the region ends (the whole forward pass, the
@@ -60,6 +85,9 @@ from pods_bench.planning.architecture import ModelDims
 from pods_bench.sharding import uses_fsdp
 
 GIB = 1024**3
+RESERVED_SHARE = 0.10  # reserved over allocated memory, with expandable segments (module docstring)
+NCCL_GIB = 1.0  # NCCL's buffers per process on a multi-GPU node (module docstring)
+DECODE_FLOAT32_COPIES = 6  # float32 vocabulary-wide tensors of one decode step (module docstring)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -134,9 +162,22 @@ def autocast_cache_bytes(cfg, dims: ModelDims) -> int:
 
 
 def gathered_unit_bytes(cfg, dims: ModelDims) -> int:
-    """FSDP's update: the root unit and two decoder layers gathered, with their float32 gradients."""
+    """FSDP's update (module docstring): the root unit and the layer being computed, each with its
+    compute-dtype gradient and float32 reduce-scatter input; the previous layer's reduce-scatter
+    input; the next layer's parameters."""
+    c = compute_bytes(cfg)
     root = dims.params - dims.layers * dims.layer_params
-    return (root + 2 * dims.layer_params) * (compute_bytes(cfg) + 4)
+    return (root + dims.layer_params) * (2 * c + 4) + dims.layer_params * (4 + c)
+
+
+def hf_generation_bytes(cfg, dims: ModelDims, rows: int, lengths: Lengths) -> int:
+    """One HF generate call of `rows` rows: KV cache and the larger of prefill and decoding (module docstring)."""
+    c = compute_bytes(cfg)
+    kv_token = kv_bytes_per_token(dims, c)
+    prefill = rows * lengths.prompt * (kv_token + c * (3 * dims.intermediate + 3 * dims.hidden))
+    kv = kv_token * rows * (lengths.prompt + lengths.completion)
+    decode = kv + kv // dims.layers + rows * dims.vocab * (4 * DECODE_FLOAT32_COPIES + c)
+    return max(prefill, decode)
 
 
 def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | None = None) -> dict:
@@ -146,7 +187,7 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
     `lengths` defaults to the config's limits (task.max_prompt_tokens, sampling.max_new_tokens)."""
     accelerator, processes = hardware["accelerator"], hardware["processes"]
     lengths = lengths or Lengths(cfg.task.max_prompt_tokens, cfg.sampling.max_new_tokens)
-    c, w = compute_bytes(cfg), DTYPE_BYTES[cfg.model.dtype]
+    w = DTYPE_BYTES[cfg.model.dtype]
     trainable = trainable_params(cfg, dims)
     fsdp = uses_fsdp(cfg, processes)
     shards = processes if (cfg.optim.shard_optimizer_state or fsdp) and processes > 1 else 1
@@ -177,21 +218,32 @@ def memory_estimate(cfg, dims: ModelDims, hardware: dict, lengths: Lengths | Non
         concurrent = min(options.max_num_seqs, max(0, parts["engine"] - own_weights) // per_sequence)
     else:
         rows_per_call = min(cfg.engine.max_batch, rows)
-        kv = kv_bytes_per_token(dims, c) * rows_per_call * (lengths.prompt + lengths.completion)
-        parts["engine"] = kv + rows_per_call * dims.vocab * 4 * 2  # + the step's logits and their softmax
+        parts["engine"] = hf_generation_bytes(cfg, dims, rows_per_call, lengths)
         concurrent = rows_per_call
-    persistent = parts["weights"] + parts["optimizer"] + parts["reference_model"] + parts["framework"]
+    persistent = parts["weights"] + parts["optimizer"] + parts["reference_model"]  # in the allocator
     update = parts["gradients"] + parts["activations"] + parts["autocast_cache"] + parts["gathered_units"]
     step = parts["gradients"] + parts["optimizer_step"]
     # vLLM holds its own weights; HF generate reads the trainer's (cast or gathered)
     generation = parts["engine"] + (0 if vllm else parts["autocast_cache"] + parts["gathered_weights"])
-    # vLLM's share is reserved for the whole run; HF generate's cache and the update take turns
-    # (gradients are freed after each optimizer step)
-    peak = persistent + max(update, step) + generation if vllm else persistent + max(update, step, generation)
+    # what the allocator holds in each phase: vLLM's share is reserved for the whole run; HF generate's
+    # cache and the update take turns (gradients are freed after each optimizer step)
+    phases = {"update": update, "step": step, "generation": generation}
+    if vllm:
+        phases = {"update": update + generation, "step": step + generation}
+    phases = {phase: persistent + bytes_ for phase, bytes_ in phases.items()}
+    cuda = hardware["device"] == "cuda"
+    parts["reserve"] = math.ceil(RESERVED_SHARE * max(phases.values())) if cuda else 0
+    parts["nccl"] = int(NCCL_GIB * GIB) if cuda and processes > 1 else 0
+    outside = parts["reserve"] + parts["framework"] + parts["nccl"]  # beyond the allocated tensors
+    peak = max(phases.values()) + outside
     capacity = int(accelerator["memory_gib"] * GIB)
-    floor = persistent + (step + generation if vllm else max(step, generation))
+    floor_allocated = persistent + (step + generation if vllm else max(step, generation))
+    floor = floor_allocated + (math.ceil(RESERVED_SHARE * floor_allocated) if cuda else 0) + parts["framework"]
+    floor += parts["nccl"]
     return {
         "parts": parts,
+        "phases": phases,  # allocated bytes at each phase's peak
+        "allocated_peak": max(phases.values()),
         "trainable_params": trainable,
         "params": dims.params,
         "peak": peak,

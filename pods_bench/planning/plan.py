@@ -31,7 +31,10 @@ MEMORY_PARTS = (
     "gathered_weights",
     "gathered_units",
     "engine",
+    "reserve",
+    "nccl",
 )
+PHASES = ("update", "step", "generation")  # memory_estimate's phases, allocated bytes at each one's peak
 
 
 def gib(x: float) -> float:
@@ -62,6 +65,7 @@ def plan_arm(arm: str, cfg, hardware: dict, hardware_name: str, step_model: Step
         "params": dims.params,
         "trainable_params": memory["trainable_params"],
         **{f"mem_{part}_gib": gib(memory["parts"][part]) for part in MEMORY_PARTS},
+        **{f"mem_{phase}_gib": gib(b) for phase, b in memory["phases"].items()},
         "mem_peak_gib": gib(memory["peak"]),
         "mem_capacity_gib": gib(memory["capacity"]),
         "fits": memory["fits"],
