@@ -15,6 +15,13 @@ Generation and evaluation run on whole weights: `gathered` all-gathers every uni
 it whole until the block ends (a decode step must not all-gather: the processes' generate calls run
 different numbers of steps). Checkpoints hold the full float32 model (an ordinary Hugging Face
 folder) and the full optimizer state, gathered on rank 0, and are loaded back into the shards.
+
+Start-up reads the weights on rank 0 alone, so no other process holds a whole copy (a 7B model is
+30.5 GB in float32: eight copies would crowd a node's host memory). Every process builds the model
+on the meta device (no storage) and shards it; rank 0 loads the weights (the base model or the
+checkpoint's model folder) on CPU, and `shard_from_rank0` broadcasts them one tensor at a time,
+each process keeping its slices; buffers outside the state dict (rotary inv_freq) are broadcast
+from rank 0 too, and a tied output layer stays one parameter with the embeddings.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
+    set_model_state_dict,
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -46,14 +55,44 @@ def decoder_layers(model) -> list[torch.nn.Module]:
 
 
 def shard(model, cfg, device) -> torch.nn.Module:
-    """Shard `model` (float32 weights) in place: one FSDP unit per decoder layer and one for the rest
-    (embeddings, final norm and the output layer, which may share the embeddings' weight)."""
+    """Shard `model` (float32 weights, whole on every process) in place: one FSDP unit per decoder
+    layer and one for the rest (embeddings, final norm and the output layer, which may share the
+    embeddings' weight)."""
+    model.to(device)
+    _fully_shard(model, cfg)
+    return model
+
+
+def _fully_shard(model, cfg) -> None:
     compute = torch.bfloat16 if cfg.model.mixed_precision == "bf16" else None
     policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
-    model.to(device)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+
+
+def shard_from_rank0(model, whole, cfg, device) -> torch.nn.Module:
+    """Shard `model`, built on the meta device on every process, and fill the shards from `whole`,
+    the same model with its weights on rank 0 (None elsewhere): no process but rank 0 ever holds
+    more than its shards and one whole tensor at a time. A collective call.
+
+    `to_empty` allocates each process's shards in place, so a weight tied to another (the output
+    layer sharing the embeddings) stays one parameter; rank 0's state dict is then broadcast tensor
+    by tensor and each process keeps its slices. Buffers are not sharded, and those outside the
+    state dict (the rotary embedding's inv_freq) would stay uninitialised: rank 0's are broadcast."""
+    _fully_shard(model, cfg)
+    model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, whole.state_dict() if whole is not None else {}, options=options)
+    spec = broadcast_object({n: (b.dtype, b.shape) for n, b in whole.named_buffers()} if whole is not None else None)
+    for name, (dtype, shape) in spec.items():
+        if whole is not None:
+            value = whole.get_buffer(name).to(device, copy=True)
+        else:
+            value = torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(value, src=0)
+        module, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(module), attr, value)  # stays (non-)persistent as it was
     return model
 
 
@@ -120,3 +159,10 @@ def load_optimizer_state(model, optimizer, saved: dict, main: bool) -> None:
         return
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_optimizer_state_dict(model, optimizer, optim_state_dict=saved if main else {}, options=options)
+
+
+def broadcast_object(value):
+    """Rank 0's `value` (a small picklable object) on every process. A collective call."""
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
