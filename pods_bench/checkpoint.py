@@ -13,9 +13,12 @@ or to resume training exactly:
 It is written into `checkpoints/.tmp-step-XXXXXX/` and renamed into place when complete, so any
 `step-*` folder is complete and a crash mid-write leaves only a temporary folder (removed on resume).
 
-Reading it back: a single process or DDP loads model/ on every process (each holds whole weights
-anyway). Under FSDP only rank 0 reads model/, and the weights are broadcast into the other
-processes' shards one tensor at a time (`load_sharded_policy`; pods_bench/sharding.py).
+Reading it back: a single process or DDP loads model/ and trainer.pt on every process (each holds
+whole weights and, unless ZeroRedundancyOptimizer shards it, the whole optimizer state anyway).
+Under FSDP only rank 0 reads them: it loads model/ and memory-maps trainer.pt, and the weights and
+the optimizer state are broadcast into the other processes' shards one tensor at a time
+(`load_sharded_policy`, `load_training_state`; pods_bench/sharding.py); the scheduler's small state
+is sent to them whole. The files' layout is the same either way.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pods_bench.io import atomic_write_json
 from pods_bench.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
 from pods_bench.run_dir import CHECKPOINTS
 from pods_bench.sharding import (
+    broadcast_object,
     full_model_state,
     full_optimizer_state,
     is_sharded,
@@ -281,12 +285,19 @@ def load_training_state(checkpoint: Path, learner, selection_generator, allocato
             f"checkpoint {checkpoint} was written by {state['world_size']} processes; "
             f"resume it with the same number (now {accelerator.num_processes})"
         )
-    trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
-    if is_sharded(learner.model):  # rank 0's full state, scattered into the shards
-        load_optimizer_state(learner.model, optimizer, trainer["optimizer"], accelerator.is_main_process)
+    if is_sharded(learner.model):
+        # rank 0 alone reads trainer.pt, memory-mapped (the optimizer's tensors are paged in as they
+        # are scattered into the shards); the other processes get the scheduler's state from it
+        trainer = None
+        if accelerator.is_main_process:
+            trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False, mmap=True)
+        load_optimizer_state(learner.model, optimizer, trainer["optimizer"] if trainer is not None else None)
+        scheduler.load_state_dict(broadcast_object(trainer["scheduler"] if trainer is not None else None))
+        del trainer
     else:
+        trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
         optimizer.load_state_dict(trainer["optimizer"])
-    scheduler.load_state_dict(trainer["scheduler"])
+        scheduler.load_state_dict(trainer["scheduler"])
     rank_state = torch.load(checkpoint / f"rank-{accelerator.process_index}.pt", weights_only=False)
     set_rng_state(rank_state["rng"], selection_generator)
     if allocator is not None and rank_state.get("allocation"):

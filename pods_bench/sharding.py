@@ -16,12 +16,15 @@ it whole until the block ends (a decode step must not all-gather: the processes'
 different numbers of steps). Checkpoints hold the full float32 model (an ordinary Hugging Face
 folder) and the full optimizer state, gathered on rank 0, and are loaded back into the shards.
 
-Start-up reads the weights on rank 0 alone, so no other process holds a whole copy (a 7B model is
-30.5 GB in float32: eight copies would crowd a node's host memory). Every process builds the model
-on the meta device (no storage) and shards it; rank 0 loads the weights (the base model or the
-checkpoint's model folder) on CPU, and `shard_from_rank0` broadcasts them one tensor at a time,
-each process keeping its slices; buffers outside the state dict (rotary inv_freq) are broadcast
-from rank 0 too, and a tied output layer stays one parameter with the embeddings.
+Start-up and resume read that state on rank 0 alone, so no other process ever holds a whole copy
+(a 7B model is 30.5 GB in float32 and its AdamW state 61 GB: eight copies would not fit a node's
+host memory). Every process builds the model on the meta device (no storage) and shards it; rank 0
+loads the weights (the base model or the checkpoint's model folder) on CPU, and `shard_from_rank0`
+broadcasts them one tensor at a time, each process keeping its slices; buffers outside the state
+dict (rotary inv_freq) are broadcast from rank 0 too, and a tied output layer stays one parameter
+with the embeddings. On resume rank 0 memory-maps trainer.pt and `load_optimizer_state` scatters
+the optimizer state the same way; the other processes never open the file and get the scheduler's
+state from rank 0 (checkpoint.load_training_state).
 """
 
 from __future__ import annotations
@@ -152,13 +155,13 @@ def full_optimizer_state(model, optimizer) -> dict:
     return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_optimizer_state(model, optimizer, saved: dict, main: bool) -> None:
-    """Scatter rank 0's full optimizer state into every process's shard (every process passes the
-    saved state; only rank 0's is read). A collective call unless the state is empty."""
-    if not saved["state"]:  # saved before the first step: a fresh optimizer is that state
-        return
+def load_optimizer_state(model, optimizer, saved: dict | None) -> None:
+    """Scatter rank 0's full optimizer state (`saved`; None on the other processes, which never read
+    it) into every process's shard, one tensor at a time. A collective call."""
+    if broadcast_object(saved is not None and not saved["state"]):
+        return  # saved before the first step: a fresh optimizer is that state
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved if main else {}, options=options)
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved if saved is not None else {}, options=options)
 
 
 def broadcast_object(value):
