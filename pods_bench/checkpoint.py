@@ -12,6 +12,13 @@ or to resume training exactly:
 
 It is written into `checkpoints/.tmp-step-XXXXXX/` and renamed into place when complete, so any
 `step-*` folder is complete and a crash mid-write leaves only a temporary folder (removed on resume).
+
+Reading it back: a single process or DDP loads model/ and trainer.pt on every process (each holds
+whole weights and, unless ZeroRedundancyOptimizer shards it, the whole optimizer state anyway).
+Under FSDP only rank 0 reads them: it loads model/ and memory-maps trainer.pt, and the weights and
+the optimizer state are broadcast into the other processes' shards one tensor at a time
+(`load_sharded_policy`, `load_training_state`; pods_bench/sharding.py); the scheduler's small state
+is sent to them whole. The files' layout is the same either way.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import random
 import re
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +39,14 @@ from pods_bench.failpoints import failpoint
 from pods_bench.io import atomic_write_json
 from pods_bench.models import build_char_tokenizer, build_tiny_model, load_model_and_tokenizer
 from pods_bench.run_dir import CHECKPOINTS
-from pods_bench.sharding import full_model_state, full_optimizer_state, is_sharded, load_optimizer_state
+from pods_bench.sharding import (
+    broadcast_object,
+    full_model_state,
+    full_optimizer_state,
+    is_sharded,
+    load_optimizer_state,
+    shard_from_rank0,
+)
 
 _NAME = re.compile(r"^step-(\d{6,})$")
 
@@ -43,14 +58,16 @@ def checkpoint_name(step: int) -> str:
 # --- the policy model --------------------------------------------------------------------------
 
 
-def load_base_model(cfg):
-    """The initial policy from `cfg.model` (no adapter): (model, tokenizer)."""
+def load_base_model(cfg, meta: bool = False):
+    """The initial policy from `cfg.model` (no adapter): (model, tokenizer). `meta`: the model built
+    on the meta device (no weights read or allocated)."""
     if cfg.model.name == "tiny":
         tokenizer = build_char_tokenizer()
-        model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.init_seed)
+        with torch.device("meta") if meta else nullcontext():
+            model = build_tiny_model(cfg.model.tiny, tokenizer, seed=cfg.model.init_seed)
         model.to(getattr(torch, cfg.model.dtype))
     else:
-        model, tokenizer = load_model_and_tokenizer(cfg.model.name, dtype=cfg.model.dtype)
+        model, tokenizer = load_model_and_tokenizer(cfg.model.name, dtype=cfg.model.dtype, meta=meta)
     set_attention(model, cfg)
     return model, tokenizer
 
@@ -63,19 +80,22 @@ def set_attention(model, cfg) -> None:
         raise PodsBenchError(f"config key model.attn_implementation: {str(e).splitlines()[0]}") from None
 
 
-def load_policy(cfg, checkpoint: str | Path | None = None):
+def load_policy(cfg, checkpoint: str | Path | None = None, meta: bool = False):
     """The policy to train or evaluate: the base model, with a LoRA adapter if `cfg.lora.enabled`,
-    and with the weights of `checkpoint` if given. Returns (model, tokenizer)."""
+    and with the weights of `checkpoint` if given. Returns (model, tokenizer). `meta`: the same
+    model on the meta device, weights neither read nor allocated (full fine-tuning only)."""
+    if meta and cfg.lora.enabled:
+        raise ValueError("a LoRA policy is never built on the meta device (it is never sharded)")
     weights = Path(checkpoint) / "model" if checkpoint is not None else None
     if weights is not None and not cfg.lora.enabled:
         # full fine-tuning: the checkpoint is a complete model folder (weights, config, tokenizer)
 
-        model, tokenizer = load_model_and_tokenizer(str(weights), dtype=cfg.model.dtype)
+        model, tokenizer = load_model_and_tokenizer(str(weights), dtype=cfg.model.dtype, meta=meta)
         set_attention(model, cfg)
         if cfg.model.name == "tiny":
             tokenizer = build_char_tokenizer()  # the exact tokenizer class, not AutoTokenizer's guess
     else:
-        model, tokenizer = load_base_model(cfg)
+        model, tokenizer = load_base_model(cfg, meta=meta)
     if cfg.lora.enabled:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -100,9 +120,23 @@ def load_policy(cfg, checkpoint: str | Path | None = None):
     return model, tokenizer
 
 
+def load_sharded_policy(cfg, accelerator, checkpoint: str | Path | None = None):
+    """The policy of a run FSDP shards (pods_bench/sharding.py), without a whole copy on every
+    process: each builds it on the meta device and shards it; rank 0 alone loads the weights (the
+    base model, or the checkpoint's model folder, on CPU) and they fill every process's shards one
+    tensor at a time (sharding.shard_from_rank0). A collective call. Returns (model, tokenizer)."""
+    model, tokenizer = load_policy(cfg, checkpoint, meta=True)
+    whole = load_policy(cfg, checkpoint)[0] if accelerator.is_main_process else None
+    shard_from_rank0(model, whole, cfg, accelerator.device)
+    return model, tokenizer
+
+
 def reference_model(cfg, policy):
     """The frozen reference policy of the KL term: the initial weights. With LoRA that is the base
-    model with adapters disabled (no copy needed), so None is returned."""
+    model with adapters disabled (no copy needed), so None is returned. It is never sharded: under
+    FSDP it would be a whole copy on every process, which is why config.check_fsdp refuses loss.beta
+    > 0 and loss.reference_forward there (the 8-GPU recipes have neither); sharding it would need its
+    own FSDP units and gathers in reference_logprobs."""
     if cfg.lora.enabled:
         return None
     ref, _ = load_base_model(cfg)
@@ -251,12 +285,19 @@ def load_training_state(checkpoint: Path, learner, selection_generator, allocato
             f"checkpoint {checkpoint} was written by {state['world_size']} processes; "
             f"resume it with the same number (now {accelerator.num_processes})"
         )
-    trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
-    if is_sharded(learner.model):  # rank 0's full state, scattered into the shards
-        load_optimizer_state(learner.model, optimizer, trainer["optimizer"], accelerator.is_main_process)
+    if is_sharded(learner.model):
+        # rank 0 alone reads trainer.pt, memory-mapped (the optimizer's tensors are paged in as they
+        # are scattered into the shards); the other processes get the scheduler's state from it
+        trainer = None
+        if accelerator.is_main_process:
+            trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False, mmap=True)
+        load_optimizer_state(learner.model, optimizer, trainer["optimizer"] if trainer is not None else None)
+        scheduler.load_state_dict(broadcast_object(trainer["scheduler"] if trainer is not None else None))
+        del trainer
     else:
+        trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=False)
         optimizer.load_state_dict(trainer["optimizer"])
-    scheduler.load_state_dict(trainer["scheduler"])
+        scheduler.load_state_dict(trainer["scheduler"])
     rank_state = torch.load(checkpoint / f"rank-{accelerator.process_index}.pt", weights_only=False)
     set_rng_state(rank_state["rng"], selection_generator)
     if allocator is not None and rank_state.get("allocation"):

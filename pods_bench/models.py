@@ -112,17 +112,29 @@ def save_model(model, tokenizer, folder: str | Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", device: str | None = None):
-    """Load a hub model by name (GPU runs) or a local folder (the smoke model)."""
+def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", device: str | None = None, meta: bool = False):
+    """Load a hub model by name (GPU runs) or a local folder (the smoke model). `meta`: the same
+    model on the meta device (its config and generation config, no weights read or allocated)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     path = Path(name_or_path)
     if name_or_path.startswith((".", "/")) and not path.exists():
         raise PodsBenchError(f"model folder {name_or_path} does not exist")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
+        if meta:
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(
+                    AutoConfig.from_pretrained(name_or_path), dtype=getattr(torch, dtype)
+                )
+            model.eval()  # as from_pretrained leaves it
+            try:  # as from_pretrained reads it (special tokens: Qwen2.5 ends on two EOS ids)
+                model.generation_config = GenerationConfig.from_pretrained(name_or_path)
+            except OSError:
+                pass  # none saved: the one derived from the config, as from_pretrained keeps
+        else:
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
     except OSError as e:
         raise PodsBenchError(f"cannot load model {name_or_path!r}: {str(e).splitlines()[0]}") from None
     tokenizer.padding_side = "left"

@@ -16,14 +16,26 @@ ZeRO-1 layout, 11.5 GiB at 3B where this one holds 1.4. What differs from ZeRO-2
 parameters are sharded between passes too (ZeRO-3) and re-gathered for every pass (an all-gather per
 unit and pass, where ZeRO-2 keeps bf16 weights whole), and the output layer's bf16 gradient is summed
 over the log-prob chunks in bf16 before the float32 reduce (pods_bench/logprobs.py) where DeepSpeed
-accumulates into float32 at once. Chosen over DeepSpeed through accelerate because it is part of torch (no extra
-dependency or compiled op), runs with gloo on CPU, and its units are ordinary modules, so HF
-`generate`, the log-prob head (pods_bench/logprobs.py) and checkpoints work on them unchanged.
+accumulates into float32 at once.
+
+Chosen over DeepSpeed through accelerate because it is part of torch (no extra dependency or
+compiled op), runs with gloo on CPU, and its units are ordinary modules, so HF `generate`, the
+log-prob head (pods_bench/logprobs.py) and checkpoints work on them unchanged.
 
 Generation and evaluation run on whole weights: `gathered` all-gathers every unit once and keeps
 it whole until the block ends (a decode step must not all-gather: the processes' generate calls run
 different numbers of steps). Checkpoints hold the full float32 model (an ordinary Hugging Face
 folder) and the full optimizer state, gathered on rank 0, and are loaded back into the shards.
+
+Start-up and resume read that state on rank 0 alone, so no other process ever holds a whole copy
+(a 7B model is 30.5 GB in float32 and its AdamW state 61 GB: eight copies would not fit a node's
+host memory). Every process builds the model on the meta device (no storage) and shards it; rank 0
+loads the weights (the base model or the checkpoint's model folder) on CPU, and `shard_from_rank0`
+broadcasts them one tensor at a time, each process keeping its slices; buffers outside the state
+dict (rotary inv_freq) are broadcast from rank 0 too, and a tied output layer stays one parameter
+with the embeddings. On resume rank 0 memory-maps trainer.pt and `load_optimizer_state` scatters
+the optimizer state the same way; the other processes never open the file and get the scheduler's
+state from rank 0 (checkpoint.load_training_state).
 """
 
 from __future__ import annotations
@@ -31,10 +43,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
+    set_model_state_dict,
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -57,16 +71,45 @@ def decoder_layers(model) -> list[torch.nn.Module]:
 
 
 def shard(model, cfg, device, reduce_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """Shard `model` (float32 weights) in place: one FSDP unit per decoder layer and one for the rest
-    (embeddings, final norm and the output layer, which may share the embeddings' weight).
-    `reduce_dtype` is the gradients' in the reduce-scatter (float32, as ZeRO-2 with bf16 reduces;
-    another only for tests that must see the difference)."""
+    """Shard `model` (float32 weights, whole on every process) in place: one FSDP unit per decoder
+    layer and one for the rest (embeddings, final norm and the output layer, which may share the
+    embeddings' weight). `reduce_dtype` is the gradients' in the reduce-scatter (float32, as ZeRO-2
+    with bf16 reduces; another only for tests that must see the difference)."""
+    model.to(device)
+    _fully_shard(model, cfg, reduce_dtype)
+    return model
+
+
+def _fully_shard(model, cfg, reduce_dtype: torch.dtype = torch.float32) -> None:
     compute = torch.bfloat16 if cfg.model.mixed_precision == "bf16" else None
     policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=reduce_dtype)
-    model.to(device)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+
+
+def shard_from_rank0(model, whole, cfg, device) -> torch.nn.Module:
+    """Shard `model`, built on the meta device on every process, and fill the shards from `whole`,
+    the same model with its weights on rank 0 (None elsewhere): no process but rank 0 ever holds
+    more than its shards and one whole tensor at a time. A collective call.
+
+    `to_empty` allocates each process's shards in place, so a weight tied to another (the output
+    layer sharing the embeddings) stays one parameter; rank 0's state dict is then broadcast tensor
+    by tensor and each process keeps its slices. Buffers are not sharded, and those outside the
+    state dict (the rotary embedding's inv_freq) would stay uninitialised: rank 0's are broadcast."""
+    _fully_shard(model, cfg)
+    model.to_empty(device=device)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, whole.state_dict() if whole is not None else {}, options=options)
+    spec = broadcast_object({n: (b.dtype, b.shape) for n, b in whole.named_buffers()} if whole is not None else None)
+    for name, (dtype, shape) in spec.items():
+        if whole is not None:
+            value = whole.get_buffer(name).to(device, copy=True)
+        else:
+            value = torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(value, src=0)
+        module, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(module), attr, value)  # stays (non-)persistent as it was
     return model
 
 
@@ -140,10 +183,17 @@ def full_optimizer_state(model, optimizer) -> dict:
     return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_optimizer_state(model, optimizer, saved: dict, main: bool) -> None:
-    """Scatter rank 0's full optimizer state into every process's shard (every process passes the
-    saved state; only rank 0's is read). A collective call unless the state is empty."""
-    if not saved["state"]:  # saved before the first step: a fresh optimizer is that state
-        return
+def load_optimizer_state(model, optimizer, saved: dict | None) -> None:
+    """Scatter rank 0's full optimizer state (`saved`; None on the other processes, which never read
+    it) into every process's shard, one tensor at a time. A collective call."""
+    if broadcast_object(saved is not None and not saved["state"]):
+        return  # saved before the first step: a fresh optimizer is that state
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved if main else {}, options=options)
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=saved if saved is not None else {}, options=options)
+
+
+def broadcast_object(value):
+    """Rank 0's `value` (a small picklable object) on every process. A collective call."""
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

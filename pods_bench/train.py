@@ -59,7 +59,7 @@ from pods_bench.rewards import RewardFunction
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, PHASES, RUN_JSON, TRAIN_LOCK, TRAIN_LOG, StepRecord, phase_field
 from pods_bench.sampling import PromptStream, RolloutSampler, derived_seed, timed
 from pods_bench.selection import choose
-from pods_bench.sharding import gathered, is_sharded, shard, total_norm, uses_fsdp
+from pods_bench.sharding import gathered, is_sharded, total_norm, uses_fsdp
 from pods_bench.tasks import load_problems
 from pods_bench.tasks.hub import released_math_gold
 from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
@@ -355,16 +355,21 @@ def make_optimizer(model, cfg: TrainConfig, world: int):
 
 def make_learner(cfg: TrainConfig, accelerator, resume_from: Path | None):
     """(learner, tokenizer): the policy (from the checkpoint when resuming), its reference, optimizer
-    and lr schedule, placed by accelerate (DDP with several processes)."""
+    and lr schedule, placed by accelerate (DDP with several processes) or sharded (FSDP: rank 0
+    alone loads the weights, checkpoint.load_sharded_policy)."""
     from accelerate.utils import set_seed
     from transformers import get_scheduler
 
+    sharded = uses_fsdp(cfg, accelerator.num_processes)
     set_seed(cfg.seed)  # the same initial weights (e.g. LoRA's) on every process
-    policy, tokenizer = ckpt.load_policy(cfg, resume_from)
+    if sharded:  # sharded as it is built: the model is the policy
+        policy, tokenizer = ckpt.load_sharded_policy(cfg, accelerator, resume_from)
+    else:
+        policy, tokenizer = ckpt.load_policy(cfg, resume_from)
     set_seed(derived_seed(cfg.seed, accelerator.process_index))  # from here on dropout differs per process
     ref_model = ckpt.reference_model(cfg, policy) if cfg.loss.beta > 0 or cfg.loss.reference_forward else None
-    if uses_fsdp(cfg, accelerator.num_processes):  # sharded in place: the model is the policy
-        model = policy = shard(policy, cfg, accelerator.device)
+    if sharded:
+        model = policy
     else:
         model = accelerator.prepare(policy)
         policy = accelerator.unwrap_model(model)
