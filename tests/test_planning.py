@@ -559,14 +559,21 @@ def test_the_job_wall_time_adds_up_and_flips_the_verdict_when_the_limit_is_too_s
     }
 
 
-@pytest.mark.parametrize("config", ["h100x8.yaml", "a100x8.yaml"])
+@pytest.mark.parametrize("config", ["h100x8", "a100x8"])
 def test_every_8_gpu_arm_fits_its_job_with_the_evaluation_shared(config):
+    """And docs/cost-model.md's table of them is what the plan says (rank 0 alone: the job with
+    eval_one_process_s instead)."""
     from pods_bench.planning.plan import plan_arm
 
-    arms, hardware, name = eight_gpu_arms(config)
+    doc = (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    arms, hardware, name = eight_gpu_arms(f"{config}.yaml")
     for arm, cfg in arms.items():
-        row = plan_arm(arm, cfg, hardware, name)
-        assert row["job_fits"], (arm, row["job_min"], row["limit_min"])
+        r = plan_arm(arm, cfg, hardware, name)
+        assert r["job_fits"], (arm, r["job_min"], r["limit_min"])
+        alone = (r["train_s"] + r["evaluations"] * r["eval_one_process_s"] + r["checkpoints"] * r["checkpoint_s"]) / 60
+        cells = [config, arm, round(r["step_s"], 1), r["steps"], r["evaluations"], round(r["eval_one_process_s"], 1)]
+        cells += [round(r["eval_s"], 1), round(r["checkpoint_s"], 1), round(alone, 1), r["job_min"], r["limit_min"]]
+        assert "| " + " | ".join(str(c) for c in cells) + " |" in doc
 
 
 def test_the_published_l40s_calibration_matches_the_doc():
