@@ -19,10 +19,11 @@ process would write. Slice k of pass r samples with seed `eval.seed + r` for k =
 `derived_seed(eval.seed + r, k)` for k > 0, so the slices draw unrelated random streams and one
 process (K = 1, `pods-bench evaluate`) samples exactly as before. What a record depends on, beyond
 the weights and the eval settings: the number of processes K (the slices' bounds and seeds; recorded
-as `eval_processes`) and, within a slice, how the engine batches it (HF generate: its calls of
-`engine.max_batch` rows draw one random stream per call, and the left padding and batch shape change
-the logits' rounding, so even greedy completions may differ from a single process's in rare
-near-ties; vLLM: its scheduler's batches). With sampling (temperature > 0) a K-process record and a
+as `eval_processes`) and, within a slice, how the engine batches it (HF generate: a seeded call's one
+random stream is drawn batch after batch of `engine.max_batch` rows, so a row's sampled tokens
+depend on the rows generated with it and before it; and the left padding and batch shape change the
+logits' rounding, so even greedy completions may differ from a single process's in rare near-ties;
+vLLM: its scheduler's batches). With sampling (temperature > 0) a K-process record and a
 one-process record of the same checkpoint therefore differ by sampling noise, not systematically.
 """
 
