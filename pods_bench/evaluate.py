@@ -9,6 +9,22 @@ completion length in tokens. One record per checkpoint x benchmark goes to eval.
 Runs inline during training (the training clock is paused) or afterwards:
 `pods-bench evaluate RUN_DIR` scores every checkpoint that lacks a record, so a workflow can
 evaluate in parallel with training or after it.
+
+Inline with K > 1 training processes the evaluation is shared (`Share`): process k samples and
+grades the contiguous slice [n k / K, n (k + 1) / K) of each benchmark's n problems on its own
+engine (HF generate on the gathered whole weights, or its own vLLM engine), and rank 0 gathers the
+per-problem results, puts them back in the problems' order and computes the record from them with
+the very code a single process uses: given the same completions the record is the one a single
+process would write. Slice k of pass r samples with seed `eval.seed + r` for k = 0 and
+`derived_seed(eval.seed + r, k)` for k > 0, so the slices draw unrelated random streams and one
+process (K = 1, `pods-bench evaluate`) samples exactly as before. What a record depends on, beyond
+the weights and the eval settings: the number of processes K (the slices' bounds and seeds; recorded
+as `eval_processes`) and, within a slice, how the engine batches it (HF generate: a seeded call's one
+random stream is drawn batch after batch of `engine.max_batch` rows, so a row's sampled tokens
+depend on the rows generated with it and before it; and the left padding and batch shape change the
+logits' rounding, so even greedy completions may differ from a single process's in rare near-ties;
+vLLM: its scheduler's batches). With sampling (temperature > 0) a K-process record and a
+one-process record of the same checkpoint therefore differ by sampling noise, not systematically.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ from pods_bench.failpoints import failpoint
 from pods_bench.io import append_jsonl, locked, read_jsonl
 from pods_bench.rewards import RewardFunction, extract_answer, format_correct, gold_texts
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, read_run_json
+from pods_bench.sampling import derived_seed
 from pods_bench.tasks import load_problems
 from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
 
@@ -58,44 +75,136 @@ def load_benchmarks(cfg, tokenizer) -> list[Benchmark]:
     return benchmarks
 
 
-def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, reward_fn) -> dict:
-    """Metrics of the engine's current policy on one benchmark, one list entry per repeat."""
-    golds = gold_texts(benchmark.problems, reward_fn.config.grading)
-    metrics: dict[str, list[float]] = {"answer_acc": [], "format_acc": [], "both_acc": [], "mean_length": []}
-    examples = []
-    for repeat in range(eval_cfg.repeats):
-        sampling = SamplingConfig(
-            temperature=eval_cfg.temperature,
-            top_p=eval_cfg.top_p,
-            top_k=eval_cfg.top_k,
-            min_p=eval_cfg.min_p,
-            repetition_penalty=eval_cfg.repetition_penalty,
-            max_new_tokens=eval_cfg.max_new_tokens,
-            seed=eval_cfg.seed + repeat,
+@dataclass(frozen=True)
+class Share:
+    """This process's part of an evaluation shared by `world` processes of a torch.distributed group:
+    the slice of each benchmark it samples and grades, the seed it samples it with, and the
+    collectives that bring the parts to rank 0 (which alone merges them and writes the records).
+    `Share()` is one process evaluating everything, with no collective call."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def bounds(self, n: int, rank: int | None = None) -> tuple[int, int]:
+        """The contiguous slice [start, end) of n problems process `rank` (default: this one) takes."""
+        rank = self.rank if rank is None else rank
+        return n * rank // self.world, n * (rank + 1) // self.world
+
+    def seed(self, pass_seed: int, rank: int | None = None) -> int:
+        """The seed process `rank`'s slice is sampled with in the pass seeded `pass_seed`: that seed
+        itself for the first slice (so one process samples as it always has), unrelated ones for the rest."""
+        rank = self.rank if rank is None else rank
+        return pass_seed if rank == 0 else derived_seed(pass_seed, rank)
+
+    def gather(self, part):
+        """Every process's `part`, in rank order, on rank 0 (None elsewhere). A collective call."""
+        if self.world == 1:
+            return [part]
+        import torch.distributed as dist
+
+        parts = [None] * self.world if self.main else None
+        dist.gather_object(part, parts, dst=0)
+        return parts
+
+    def broadcast(self, value):
+        """Rank 0's `value` on every process. A collective call."""
+        if self.world == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One problem's completion in one pass, graded."""
+
+    text: str
+    correct: bool
+    format_ok: bool
+    length: int  # completion tokens
+
+
+def sampling_of(eval_cfg, seed: int) -> SamplingConfig:
+    return SamplingConfig(
+        temperature=eval_cfg.temperature,
+        top_p=eval_cfg.top_p,
+        top_k=eval_cfg.top_k,
+        min_p=eval_cfg.min_p,
+        repetition_penalty=eval_cfg.repetition_penalty,
+        max_new_tokens=eval_cfg.max_new_tokens,
+        seed=seed,
+    )
+
+
+def sample_and_grade(engine: RolloutEngine, prompts: list[str], golds: list[str], sampling, reward_fn) -> list[Graded]:
+    """One completion per prompt, graded; in the prompts' order."""
+    if not prompts:  # a process whose slice is empty (fewer problems than processes)
+        return []
+    rollouts = engine.generate(prompts, 1, sampling)
+    texts = [group[0] for group in rollouts.completion_text]
+    correct = reward_fn(texts, golds).correctness > 0
+    return [
+        Graded(text, bool(ok), bool(format_correct(text)), len(group[0]))
+        for text, ok, group in zip(texts, correct, rollouts.completion_ids)
+    ]
+
+
+def sample_share(engine, benchmark: Benchmark, eval_cfg, reward_fn, share: Share) -> list[list[Graded]]:
+    """This process's slice of the benchmark, graded, one list per pass."""
+    start, end = share.bounds(len(benchmark.problems))
+    golds = gold_texts(benchmark.problems[start:end], reward_fn.config.grading)
+    return [
+        sample_and_grade(
+            engine,
+            benchmark.prompts[start:end],
+            golds,
+            sampling_of(eval_cfg, share.seed(eval_cfg.seed + r)),
+            reward_fn,
         )
-        rollouts = engine.generate(benchmark.prompts, 1, sampling)
-        texts = [group[0] for group in rollouts.completion_text]
-        correct = reward_fn(texts, golds).correctness > 0
-        formatted = np.array([format_correct(t) for t in texts])
+        for r in range(eval_cfg.repeats)
+    ]
+
+
+def merge_shares(parts: list[list[list[Graded]]], n_problems: int) -> list[list[Graded]]:
+    """The processes' slices (in rank order) put together, one list per pass in the problems' order."""
+    passes = [[graded for part in parts for graded in part[r]] for r in range(len(parts[0]))]
+    if any(len(graded) != n_problems for graded in passes):
+        raise PodsBenchError(
+            f"a shared evaluation gathered {[len(g) for g in passes]} results of {n_problems} problems"
+        )
+    return passes
+
+
+def score(benchmark: Benchmark, eval_cfg, passes: list[list[Graded]], processes: int = 1) -> dict:
+    """The record's metrics and examples from every problem's graded completion (problem order), one
+    list per pass: one list entry per repeat."""
+    metrics: dict[str, list[float]] = {"answer_acc": [], "format_acc": [], "both_acc": [], "mean_length": []}
+    for graded in passes:
+        correct = np.array([g.correct for g in graded])
+        formatted = np.array([g.format_ok for g in graded])
         metrics["answer_acc"].append(float(correct.mean()))
         metrics["format_acc"].append(float(formatted.mean()))
         metrics["both_acc"].append(float((correct & formatted).mean()))
-        metrics["mean_length"].append(float(np.mean([len(group[0]) for group in rollouts.completion_ids])))
-        if repeat == 0:
-            examples = [
-                {
-                    "id": p.id,
-                    "question": p.question,
-                    "gold": p.gold,
-                    "completion": text,
-                    "extracted": extract_answer(text),
-                    "correct": bool(ok),
-                    "format_ok": bool(fmt),
-                }
-                for p, text, ok, fmt, _ in zip(
-                    benchmark.problems, texts, correct, formatted, range(eval_cfg.n_examples)
-                )
-            ]
+        metrics["mean_length"].append(float(np.mean([g.length for g in graded])))
+    examples = [
+        {
+            "id": p.id,
+            "question": p.question,
+            "gold": p.gold,
+            "completion": g.text,
+            "extracted": extract_answer(g.text),
+            "correct": g.correct,
+            "format_ok": g.format_ok,
+        }
+        for p, g, _ in zip(benchmark.problems, passes[0], range(eval_cfg.n_examples))
+    ]
     return {
         "benchmark": benchmark.name,
         "split": eval_cfg.split,
@@ -104,25 +213,41 @@ def evaluate_benchmark(engine: RolloutEngine, benchmark: Benchmark, eval_cfg, re
         "temperature": eval_cfg.temperature,
         **metrics,
         "examples": examples,
+        "eval_processes": processes,
     }
 
 
-def evaluate_checkpoint(engine, benchmarks: list[Benchmark], cfg, reward_fn, state: dict) -> list[dict]:
-    """eval.jsonl records of the policy the engine samples from, saved as checkpoint `state`."""
+def evaluate_benchmark(
+    engine: RolloutEngine, benchmark: Benchmark, eval_cfg, reward_fn, share: Share = Share()
+) -> dict | None:
+    """Metrics of the engine's current policy on one benchmark, one list entry per repeat; shared by
+    the processes of `share` (a collective call then), the record on rank 0 (None elsewhere)."""
+    parts = share.gather(sample_share(engine, benchmark, eval_cfg, reward_fn, share))
+    if not share.main:
+        return None
+    return score(benchmark, eval_cfg, merge_shares(parts, len(benchmark.problems)), share.world)
+
+
+def evaluate_checkpoint(
+    engine, benchmarks: list[Benchmark], cfg, reward_fn, state: dict | None, share: Share = Share()
+) -> list[dict]:
+    """eval.jsonl records of the policy the engine samples from, saved as checkpoint `state`: on rank
+    0 of `share` (every process calls it; the others get an empty list and need no state)."""
     failpoint("eval")
     records = []
     for benchmark in benchmarks:
         started = time.perf_counter()
-        metrics = evaluate_benchmark(engine, benchmark, cfg.eval, reward_fn)
-        records.append(
-            {
-                "checkpoint": state["checkpoint"],
-                "step": state["step"],
-                "train_time_s": state["train_time_s"],
-                **metrics,
-                "eval_time_s": time.perf_counter() - started,
-            }
-        )
+        metrics = evaluate_benchmark(engine, benchmark, cfg.eval, reward_fn, share)
+        if share.main:
+            records.append(
+                {
+                    "checkpoint": state["checkpoint"],
+                    "step": state["step"],
+                    "train_time_s": state["train_time_s"],
+                    **metrics,
+                    "eval_time_s": time.perf_counter() - started,  # on rank 0: until the last slice arrived
+                }
+            )
     return records
 
 
@@ -148,16 +273,22 @@ def append_eval_records(run_dir: str | Path, records: list[dict]) -> int:
 
 
 def evaluate_missing(
-    run_dir: str | Path, checkpoint: Path, engine, benchmarks: list[Benchmark], cfg, reward_fn
+    run_dir: str | Path, checkpoint: Path, engine, benchmarks: list[Benchmark], cfg, reward_fn, share: Share = Share()
 ) -> int:
     """Evaluate the policy the engine samples from, saved as `checkpoint`, on the benchmarks that
     checkpoint has no record for yet (after a crash in the middle of writing its records, only the
-    rest), append the records and prune if asked. Returns the number of records written."""
-    done = evaluated(run_dir).get(checkpoint.name, set())
-    missing = [b for b in benchmarks if b.name not in done]
+    rest), append the records and prune if asked. Returns the number of records written (0 on ranks
+    other than 0). Shared by the processes of `share`: every one calls it, rank 0 decides what is
+    missing and alone writes."""
+    done = evaluated(run_dir).get(checkpoint.name, set()) if share.main else None
+    missing = share.broadcast([b.name for b in benchmarks if b.name not in done] if share.main else None)
     if not missing:
         return 0
-    records = evaluate_checkpoint(engine, missing, cfg, reward_fn, read_state(checkpoint))
+    todo = [b for b in benchmarks if b.name in missing]
+    state = read_state(checkpoint) if share.main else None
+    records = evaluate_checkpoint(engine, todo, cfg, reward_fn, state, share)
+    if not share.main:
+        return 0
     written = append_eval_records(run_dir, records)
     prune_if_asked(run_dir, cfg)
     return written

@@ -20,7 +20,9 @@ each time the clock passes a multiple of `budget.checkpoint_every_s`, and at the
 same command resumes from the newest complete checkpoint. Output files: docs/results-format.md.
 
 Several processes (one per GPU): every process samples, grades and selects for its P/K prompts,
-gradients are averaged across processes (DDP), rank 0 writes logs and checkpoints and evaluates.
+gradients are averaged across processes (DDP), rank 0 writes logs and checkpoints. Inline evaluation is
+shared: each process samples and grades a contiguous slice of each benchmark, rank 0 merges them in
+the problems' order and writes eval.jsonl (pods_bench/evaluate.py).
 
     accelerate launch --num_processes K -m pods_bench train --config X.yaml     # K GPUs
     accelerate launch --multi_gpu --num_processes K -m pods_bench train --config X.yaml --set device=cpu
@@ -50,7 +52,7 @@ from pods_bench.config import TrainConfig, flatten
 from pods_bench.cuda_memory import configure_allocator, peaks_gib, release_cached_memory, reset_peaks
 from pods_bench.engines import make_engine
 from pods_bench.errors import PodsBenchError
-from pods_bench.evaluate import evaluate_missing, load_benchmarks
+from pods_bench.evaluate import Share, evaluate_missing, load_benchmarks
 from pods_bench.failpoints import failpoint
 from pods_bench.flops import FlopsCounter
 from pods_bench.io import append_jsonl, locked, remove_temporaries, truncate_jsonl
@@ -614,7 +616,7 @@ class Run:
     tokenizer: Any
     problems: list
     prompts: list[str]
-    benchmarks: list  # evaluation benchmarks (rank 0)
+    benchmarks: list  # evaluation benchmarks (rank 0 at start-up; every process once it evaluates inline)
     selection_generator: torch.Generator
     allocator: Any  # the allocation strategy (pods_bench.allocation), with its per-prompt state
     progress: Progress = field(default_factory=Progress)
@@ -641,7 +643,7 @@ class Run:
                 resource.close()
 
     def checkpoint_and_evaluate(self) -> None:
-        """Save (every process), then evaluate inline on rank 0; none of it counts as training."""
+        """Save (every process), then evaluate inline, shared by every process; none of it counts as training."""
         p = self.progress
         state = {"step": p.step, "train_time_s": p.clock, "data_cursor": p.cursor}
         path = ckpt.save_checkpoint(
@@ -651,10 +653,19 @@ class Run:
         self.evaluate_pending(path)
 
     def evaluate_pending(self, checkpoint: Path) -> None:
-        with gathered(self.learner.model, self.engine):  # all gather; rank 0 evaluates on whole weights
-            if self.cfg.eval.inline and self.accelerator.is_main_process:
-                evaluate_missing(self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn)
-            self.accelerator.wait_for_everyone()
+        """Evaluate `checkpoint` on the benchmarks it has no record for: every process samples and
+        grades its slice of each benchmark on whole weights (HF generate on the gathered model, or its
+        own vLLM engine), rank 0 merges the slices and writes the records (pods_bench/evaluate.py)."""
+        accelerator = self.accelerator
+        share = Share(accelerator.process_index, accelerator.num_processes)
+        if self.cfg.eval.inline and not self.benchmarks:  # loaded at start-up by rank 0 alone
+            self.benchmarks = load_benchmarks(self.cfg, self.tokenizer)
+        with gathered(self.learner.model, self.engine):  # all gather: whole weights while generating
+            if self.cfg.eval.inline:
+                evaluate_missing(
+                    self.cfg.run_dir, checkpoint, self.engine, self.benchmarks, self.cfg, self.reward_fn, share
+                )
+            accelerator.wait_for_everyone()
 
 
 def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tuple[Run, int]:
@@ -687,7 +698,7 @@ def make_accelerator(cfg: TrainConfig):
         cpu=cfg.device == "cpu",
         mixed_precision="no" if sharded else cfg.model.mixed_precision,
         kwargs_handlers=[
-            InitProcessGroupKwargs(timeout=timedelta(hours=4)),  # rank 0 evaluates inline
+            InitProcessGroupKwargs(timeout=timedelta(hours=4)),  # checkpoint writes and evaluation between collectives
             # gradients live in DDP's all-reduce buckets instead of beside them: one copy, not two
             DistributedDataParallelKwargs(gradient_as_bucket_view=True),
         ],

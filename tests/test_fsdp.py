@@ -106,8 +106,9 @@ def test_a_sharded_run_trains_as_the_unsharded_one(tmp_path):
     """Float32 both: the first step samples the same rollouts from the same initial weights and takes
     the same update (AdamW turns the last bits of a gradient entry near 0 into a whole lr-sized step
     of either sign, so weights are compared element by element with that in mind)."""
-    plain = launch(tmp_path, "ddp", budget={"max_steps": 1})
-    sharded = launch(tmp_path, "fsdp", budget={"max_steps": 1}, optim={"fsdp": True})
+    every_problem = {"n_problems": 4, "n_examples": 4}  # both processes' slices in the examples
+    plain = launch(tmp_path, "ddp", budget={"max_steps": 1}, eval=every_problem)
+    sharded = launch(tmp_path, "fsdp", budget={"max_steps": 1}, optim={"fsdp": True}, eval=every_problem)
     assert json.loads((sharded / "run.json").read_text())["hardware"]["sharding"] == "fsdp2"
     a, b = read_lines(plain / "train_log.jsonl")[0], read_lines(sharded / "train_log.jsonl")[0]
     for key in ("reward_mean", "reward_std", "generated_tokens", "trained_tokens", "loss"):
@@ -119,9 +120,11 @@ def test_a_sharded_run_trains_as_the_unsharded_one(tmp_path):
         assert weights[1][name].dtype == torch.float32
         differs = (w - weights[1][name]).abs() > 1e-6
         assert differs.float().mean() < 0.01, name  # a few sign flips at most
-    # the step-0 evaluation (rank 0 generating on the gathered weights) saw the same model
+    # the step-0 evaluation (each process generating its slice on the gathered weights) saw the same model
     evals = [read_lines(run / "eval.jsonl")[0] for run in (plain, sharded)]
-    assert evals[0]["checkpoint"] == "step-000000" and evals[0]["examples"] == evals[1]["examples"]
+    assert evals[0]["checkpoint"] == "step-000000" and evals[0]["eval_processes"] == 2
+    assert len(evals[0]["examples"]) == 4 and evals[0]["examples"] == evals[1]["examples"]
+    assert evals[0]["answer_acc"] == evals[1]["answer_acc"] and evals[0]["mean_length"] == evals[1]["mean_length"]
 
 
 def test_bf16_compute_keeps_float32_shards(tmp_path):

@@ -550,6 +550,102 @@ def test_hardware_profile_coefficients_follow_the_datasheet():
     assert b.coefficients["update"]["update_tokens"] < a.coefficients["update"]["update_tokens"]
 
 
+# --- the training job's wall time ---------------------------------------------------------------
+
+
+def trainer_schedule(cfg, step_s: float) -> tuple[int, int]:
+    """(steps, checkpoints) of a run whose steps all take step_s, counted by the trainer's own Progress."""
+    from pods_bench.train import Progress
+
+    p = Progress(checkpoint_step=0, checkpoint_clock=0.0)
+    checkpoints = 1  # step 0's
+    while p.budget_reached(cfg) is None:
+        p.clock, p.step = p.clock + step_s, p.step + 1
+        if p.checkpoint_due(cfg):
+            checkpoints, p.checkpoint_step, p.checkpoint_clock = checkpoints + 1, p.step, p.clock
+    return p.step, checkpoints + (p.checkpoint_step != p.step)
+
+
+@pytest.mark.parametrize(
+    "budget, step_s",
+    [
+        ({"max_train_time_s": 1800, "checkpoint_every_s": 120}, 221.6),  # a step passes one multiple or two
+        ({"max_train_time_s": 1800, "checkpoint_every_s": 120}, 36.9),
+        ({"max_train_time_s": 100, "checkpoint_every_s": 60, "checkpoint_every_steps": 4}, 7.0),
+        ({"max_steps": 10, "checkpoint_every_s": 3600, "checkpoint_every_steps": 3}, 1.0),  # + the end point
+    ],
+)
+def test_the_job_schedule_counts_steps_and_checkpoints_as_the_trainer(budget, step_s):
+    from pods_bench.planning.job_time import schedule
+
+    cfg = tiny_cfg(budget=budget)
+    run = schedule(cfg, step_s)
+    assert (run.steps, run.checkpoints) == trainer_schedule(cfg, step_s)
+    assert run.train_s == pytest.approx(run.steps * step_s)
+
+
+def eight_gpu_arms(config: str):
+    """Every arm of an 8-GPU experiment config as the workflow resolves it, with its hardware setup."""
+    from pods_bench.experiment import load_experiment, resolve_runs
+
+    experiment, hardware = load_experiment(ROOT / "config" / config)
+    return resolve_runs(experiment, hardware)[1], hardware, experiment.hardware
+
+
+def test_the_job_wall_time_adds_up_and_flips_the_verdict_when_the_limit_is_too_short():
+    """a100x8's PODS arm: every step is longer than the 120 s between checkpoints, so each step is
+    followed by a checkpoint and an evaluation of GSM8K's 1319 test problems, 165 a process."""
+    from pods_bench.planning.plan import job_verdict_line, plan_arm
+    from pods_bench.planning.step_time import from_hardware
+
+    arms, hardware, name = eight_gpu_arms("a100x8.yaml")
+    cfg = arms["pods_n128_m32"]
+    row = plan_arm("pods_n128_m32", cfg, hardware, name)
+    # the parts: steps until the clock passes 30 minutes; a checkpoint after each and at step 0
+    assert row["steps"] == math.ceil(1800 / row["step_s"]) and row["step_s"] > 120
+    assert row["checkpoints"] == row["evaluations"] == row["steps"] + 1
+    assert row["train_s"] == pytest.approx(row["steps"] * row["step_s"], abs=0.1)
+    # one evaluation: the largest slice (ceil(1319 / 8) rows) in one generate call of 1024 steps, graded
+    coefficients = from_hardware(cfg, model_dims(cfg.model), hardware).coefficients
+    rows = math.ceil(1319 / 8)
+    gen = coefficients["gen"]["decode_steps"] * 1024 + coefficients["gen"]["decode_sequence_steps"] * rows * 1024
+    assert row["eval_s"] == pytest.approx(gen + coefficients["reward"]["rollouts_generated"] * rows, abs=0.01)
+    assert row["eval_problems"] == 1319 and row["eval_one_process_s"] > 5 * row["eval_s"]  # 3 calls of <= 512
+    # a checkpoint: float32 weights and two AdamW moments of Qwen2.5-7B at 1 GB/s
+    assert row["checkpoint_s"] == pytest.approx(12 * model_dims(cfg.model).params / 1e9, abs=0.01)
+    parts = row["train_s"] + row["evaluations"] * row["eval_s"] + row["checkpoints"] * row["checkpoint_s"]
+    assert row["job_min"] == pytest.approx(parts / 60, abs=0.06)
+    # the limit is the workflow's: 30 min x runtime_factor 1.5 + 60 min
+    assert row["limit_min"] == 105 and row["job_fits"] and job_verdict_line(row) is None
+    # too short a limit, from the setup or from the experiment config's resources: the verdict flips
+    short = {**hardware, "train": {**hardware["train"], "runtime_overhead_min": row["job_min"] - 45 - 1}}
+    tight = plan_arm("pods_n128_m32", cfg, short, name)
+    assert tight["limit_min"] < tight["job_min"] and tight["job_fits"] is False
+    assert "may outlast its job" in job_verdict_line(tight)
+    given = plan_arm("pods_n128_m32", cfg, hardware, name, resources={"train": {"runtime_min": 40}})
+    assert given["limit_min"] == 40 and given["job_fits"] is False
+    assert {k: v for k, v in given.items() if k not in ("limit_min", "job_fits")} == {
+        k: v for k, v in row.items() if k not in ("limit_min", "job_fits")
+    }
+
+
+@pytest.mark.parametrize("config", ["h100x8", "a100x8"])
+def test_every_8_gpu_arm_fits_its_job_with_the_evaluation_shared(config):
+    """And docs/cost-model.md's table of them is what the plan says (rank 0 alone: the job with
+    eval_one_process_s instead)."""
+    from pods_bench.planning.plan import plan_arm
+
+    doc = (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    arms, hardware, name = eight_gpu_arms(f"{config}.yaml")
+    for arm, cfg in arms.items():
+        r = plan_arm(arm, cfg, hardware, name)
+        assert r["job_fits"], (arm, r["job_min"], r["limit_min"])
+        alone = (r["train_s"] + r["evaluations"] * r["eval_one_process_s"] + r["checkpoints"] * r["checkpoint_s"]) / 60
+        cells = [config, arm, round(r["step_s"], 1), r["steps"], r["evaluations"], round(r["eval_one_process_s"], 1)]
+        cells += [round(r["eval_s"], 1), round(r["checkpoint_s"], 1), round(alone, 1), r["job_min"], r["limit_min"]]
+        assert "| " + " | ".join(str(c) for c in cells) + " |" in doc
+
+
 def test_the_published_l40s_calibration_matches_the_doc():
     """docs/cost-model.md (b) publishes the calibrated model's predictions; they are recomputed here
     from the logs in ../shared, so the page cannot drift from the code."""

@@ -1,9 +1,12 @@
-"""`pods-bench plan CONFIG [--hardware NAME] [--model FILE]`: memory per device and step time of every
-arm of an experiment config, on its own hardware setup or another one of config/hardware.yaml.
+"""`pods-bench plan CONFIG [--hardware NAME] [--model FILE]`: memory per device, step time and the
+training job's wall time of every arm of an experiment config, on its own hardware setup or another
+one of config/hardware.yaml.
 
 Step times come from a fitted step-time model (`--model`, written by `pods-bench profile`) or from
-the hardware profile's first-principles coefficients; the report says which. The workflow runs
-`check_fits` on every arm before any job starts: a config that cannot fit stops with one line.
+the hardware profile's first-principles coefficients; the report says which. The job's wall time
+(training, inline evaluations shared by the processes, checkpoints: job_time.py) is set beside the
+runtime limit the workflow asks the scheduler for, with a verdict. The workflow runs `check_fits`
+on every arm before any job starts: a config that cannot fit stops with one line.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import hardware_setup, load_experiment, resolve_runs
 from pods_bench.io import atomic_write_with
 from pods_bench.planning.architecture import model_dims
+from pods_bench.planning.job_time import job_time
 from pods_bench.planning.memory import GIB, memory_estimate
 from pods_bench.planning.step_time import StepTimeModel, from_hardware, predict
 from pods_bench.run_dir import phase_field
@@ -50,8 +54,18 @@ def check_processes(cfg, hardware: dict, hardware_name: str) -> None:
         )
 
 
-def plan_arm(arm: str, cfg, hardware: dict, hardware_name: str, step_model: StepTimeModel | None = None) -> dict:
-    """One row of the plan: memory by component (GiB per device), verdict, step time by phase (s)."""
+def plan_arm(
+    arm: str,
+    cfg,
+    hardware: dict,
+    hardware_name: str,
+    step_model: StepTimeModel | None = None,
+    resources: dict | None = None,
+    job: bool = True,
+) -> dict:
+    """One row of the plan: memory by component (GiB per device), verdict, step time by phase (s),
+    and unless `job` is False the job's wall time beside its limit (`resources`: the experiment
+    config's, replacing the setup's)."""
     check_processes(cfg, hardware, hardware_name)
     dims = model_dims(cfg.model)
     memory = memory_estimate(cfg, dims, hardware)
@@ -77,6 +91,7 @@ def plan_arm(arm: str, cfg, hardware: dict, hardware_name: str, step_model: Step
         **{phase_field(phase): round(s, 4) for phase, s in seconds.items() if phase != "step"},
         "step_s": round(seconds["step"], 4),
         "step_time_source": model.source,
+        **(job_time(cfg, dims, hardware, model, seconds["step"], resources) if job else {}),
     }
 
 
@@ -107,7 +122,7 @@ def check_fits(resolved: dict, hardware: dict, hardware_name: str) -> list[str]:
     one line; the warnings (arms whose longest batches may not fit) are returned to be printed."""
     warnings = []
     for arm, cfg in resolved.items():
-        row = plan_arm(arm, cfg, hardware, hardware_name)
+        row = plan_arm(arm, cfg, hardware, hardware_name, job=False)
         if not row["fits_floor"]:
             raise PodsBenchError(verdict_line(row))
         if not row["fits"]:
@@ -133,7 +148,8 @@ def plan(config_path: str | Path, hardware_name: str | None = None, step_model_p
     hardware = hardware_setup(name) if hardware_name else own
     step_model = load_step_model(step_model_path) if step_model_path else None
     _, resolved = resolve_runs(experiment, own)  # the arms as the config's own setup runs them
-    return [plan_arm(arm, cfg, hardware, name, step_model) for arm, cfg in resolved.items()], name
+    rows = [plan_arm(arm, cfg, hardware, name, step_model, experiment.resources) for arm, cfg in resolved.items()]
+    return rows, name
 
 
 def markdown(rows: list[dict]) -> str:
@@ -152,16 +168,48 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def job_markdown(rows: list[dict]) -> str:
+    """The training jobs' predicted wall time beside their limit (minutes; evaluation and checkpoint in
+    seconds each)."""
+    head = ["arm", "steps", "train min", "evals", "eval s", "checkpoints", "checkpoint s", "job min", "limit min"]
+    head += ["job fits"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        fits = {True: "yes", False: "NO", None: "no limit"}[r["job_fits"]]
+        cells = [r["arm"], r["steps"], round(r["train_s"] / 60, 1), r["evaluations"], r["eval_s"], r["checkpoints"]]
+        cells += [r["checkpoint_s"], r["job_min"], r["limit_min"] if r["limit_min"] is not None else "-", fits]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def job_verdict_line(row: dict) -> str | None:
+    """Why an arm's training job may be stopped by its time limit, in one line (None: it fits)."""
+    if row["job_fits"] is not False:
+        return None
+    return (
+        f"arm {row['arm']} may outlast its job on {row['hardware']}: {row['job_min']} min predicted "
+        f"({row['steps']} steps of {row['step_s']} s, {row['evaluations']} evaluations of {row['eval_s']} s, "
+        f"{row['checkpoints']} checkpoints of {row['checkpoint_s']} s) against a limit of {row['limit_min']} min; "
+        "raise the setup's runtime_overhead_min or the config's resources.train.runtime_min, or evaluate "
+        "less often (budget.checkpoint_every_s) or afterwards (eval.inline: false)"
+    )
+
+
 def cli(args) -> int:
     import pandas as pd
 
     rows, name = plan(args.config, args.hardware, args.model)
     print(f"plan of {args.config} on {name} (step times: {rows[0]['step_time_source']})")
     print(markdown(rows))
+    print()
+    print("training job: predicted wall time (training, inline evaluations, checkpoints) and its limit")
+    print(job_markdown(rows))
     if args.out:
         atomic_write_with(args.out, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
         print(f"wrote {args.out}")
     for r in rows:
         if not r["fits"]:
             print(verdict_line(r))
+        if r["job_fits"] is False:
+            print(job_verdict_line(r))
     return 0 if all(r["fits_floor"] for r in rows) else 1

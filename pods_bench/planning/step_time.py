@@ -12,6 +12,7 @@ The features are what every train_log.jsonl line records (docs/results-format.md
 coefficients are fitted from real steps (`fit`, non-negative least squares per phase: scipy's nnls,
 a cost cannot be negative) or derived from a hardware profile's datasheet numbers (`from_hardware`).
 `predict` turns a config into the features of one step (uniform allocation) and sums the phases.
+`predict_eval` prices one checkpoint's evaluation with the same generation and grading coefficients.
 """
 
 from __future__ import annotations
@@ -128,6 +129,29 @@ def predict(model: StepTimeModel, cfg, processes: int = 1, lengths: StepLengths 
     lengths = lengths or (model.lengths.capped(cfg) if model.lengths else StepLengths.from_config(cfg))
     phases = model.phase_seconds(step_features(cfg, processes, lengths))
     return {**phases, "step": sum(phases.values())}
+
+
+def eval_features(cfg, processes: int, n_problems: int) -> dict[str, float]:
+    """The generation and grading features of one evaluation pass over a benchmark of `n_problems`,
+    on the process with the largest slice (inline evaluation is shared by the processes,
+    pods_bench/evaluate.py `Share`): one generate call of its rows, every completion at
+    eval.max_new_tokens (HF generate runs a call until its longest row stops)."""
+    rows = math.ceil(n_problems / processes)
+    new = cfg.eval.max_new_tokens
+    calls = math.ceil(rows / cfg.engine.max_batch) if cfg.engine.name == "hf" else 1
+    return {"decode_steps": calls * new, "decode_sequence_steps": rows * new, "rollouts_generated": rows}
+
+
+def predict_eval(model: StepTimeModel, cfg, processes: int, sizes: dict[str, int]) -> float:
+    """Seconds of one checkpoint's evaluation shared by `processes`: `sizes` (benchmark -> problems),
+    eval.repeats passes of each, priced as the generation and grading phases of a step are."""
+    seconds = 0.0
+    for n_problems in sizes.values():
+        phases = model.phase_seconds(
+            {**eval_features(cfg, processes, n_problems), "micro_batches": 0, "update_tokens": 0}
+        )
+        seconds += cfg.eval.repeats * (phases["gen"] + phases["reward"])
+    return seconds
 
 
 def from_hardware(cfg, dims, hardware: dict, lengths: StepLengths | None = None) -> StepTimeModel:
