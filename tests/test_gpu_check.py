@@ -66,7 +66,63 @@ def test_the_gpu_check_runs_in_cpu_mode_and_reports(cpu_check):
         # the CUDA allocator's counters: none on CPU (tests/test_planning.py measures memory there)
         assert r["resting_mib"] is r["peak_gen_mib"] is r["peak_update_mib"] is None
     assert report["packages"]["torch"] and report["seconds"] > 0
+    assert list(report["part_seconds"]) == ["cuda_tests", "smoke", "paper_scale", "sharded", "generate"]
     assert text.startswith("# GPU check:") and "| lora | 8/4 | fits | measured |" in text and "Incomplete" not in text
+
+
+def test_one_process_of_the_8_gpu_recipe_runs_sharded_in_a_group_of_one(cpu_check):
+    """config/h100x8.yaml's process (1 prompt of 8, 512 rows generated, 512 or 128 trained in
+    micro-batches of 32) with FSDP2 over gloo at world size 1: one measurement on the arm that
+    trains fewest rows, each arm with its plan; the float32 weights and AdamW's state are whole,
+    as the plan at world size 1 counts them."""
+    _, _, report, text = cpu_check
+    rows = {r["arm"]: r for r in report["sharded"]}
+    assert list(rows) == ["grpo_n32_m32", "pods_n128_m32"]
+    grpo, pods = rows["grpo_n32_m32"], rows["pods_n128_m32"]
+    assert (grpo["prompts"], grpo["generated"], grpo["trained"], grpo["micro_batches"]) == (1, 512, 512, 16)
+    assert (pods["prompts"], pods["generated"], pods["trained"], pods["micro_batches"]) == (1, 512, 128, 4)
+    assert pods["status"] == "measured" and pods["backend"] == "gloo" and pods["world_size"] == 1
+    assert pods["completion_tokens"] == 512 * 16  # every row decodes to the (CPU) limit
+    assert all(pods[k] > 0 for k in ("gen_s", "update_s", "step_s", "warmup_gen_s", "warmup_update_s"))
+    assert "update_from" not in pods and grpo["update_from"].startswith("pods_n128_m32: 16 x")
+    assert grpo["update_s"] == pytest.approx(4 * pods["update_s"], rel=0.01)
+    for r in (grpo, pods):
+        plan = r["plan"]
+        assert plan["processes"] == 8 and plan["verdict"] == "fits" and r["plan_update_s"] > 0
+        assert all(plan["world_size_1"][phase] > plan["per_device"][phase] for phase in gpu_check.PHASES)
+    assert pods["weights_mib"] + pods["optimizer_mib"] == pytest.approx(
+        pods["plan"]["world_size_1"]["resting"], rel=0.01
+    )
+    assert grpo["plan"]["per_device"] == pods["plan"]["per_device"]  # the same micro-batch and generate call
+    assert pods["peak_gen_mib"] is pods["peak_step_reserved_mib"] is None  # no CUDA allocator on CPU
+    generate = report["generate"]
+    assert (
+        generate["status"] == "measured"
+        and generate["rows"] == 512
+        and generate["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    )
+    assert generate["completion_tokens"] == 512 * generate["new_tokens"] and generate["plan_gen_mib"] > 0
+    assert "| pods_n128_m32 | 128 | 4 | fits, " in text and "## The 7B recipe's generate call" in text
+
+
+def test_the_measurement_is_carried_over_to_one_device_of_the_recipe():
+    """Less (K-1)/K of the float32 shards the plan counts, and the framework's share added to the
+    reserved peak: that is the one-GPU prediction of the 8-GPU fit."""
+    plan = {
+        "processes": 8,
+        "framework_gib": 1.5,
+        "capacity_gib": 79.65,
+        "per_device": {"resting": 4400.0, "gen": 39000.0, "update": 26000.0, "step": 7300.0},
+        "world_size_1": {"resting": 35300.0, "gen": 69900.0, "update": 66900.0, "step": 58400.0},
+    }
+    measured = {"resting_mib": 35400, "resting_reserved_mib": 36000, "peak_gen_mib": 72000}
+    measured |= {"peak_gen_reserved_mib": 75000, "peak_update_mib": 65000, "peak_update_reserved_mib": 70000}
+    measured |= {"peak_step_mib": 59000, "peak_step_reserved_mib": 60000}
+    carried = gpu_check.predicted_per_device(measured, plan)
+    assert carried["gen_allocated_mib"] == 72000 - 30900 and carried["gen_reserved_mib"] == 75000 - 30900
+    assert carried["resting_allocated_mib"] == 35400 - 30900 and carried["step_reserved_mib"] == 60000 - 51100
+    assert carried["peak_gib"] == pytest.approx(44100 / 1024 + 1.5, abs=0.01) and carried["fits"] is True
+    assert gpu_check.predicted_per_device({**measured, "peak_gen_reserved_mib": 150000}, plan)["fits"] is False
 
 
 def test_an_out_of_memory_row_is_recorded_the_check_goes_on_and_each_part_is_on_disk(cpu_check, monkeypatch):
@@ -121,6 +177,11 @@ def test_rows_the_plan_says_cannot_fit_are_skipped():
     rows = list(gpu_check.paper_scale("cpu", s, tiny_hardware(1 / 1024)))  # 1 MiB: not even the weights
     assert [r["status"] for r in rows] == ["skipped: the plan says it cannot fit"] * 4
     assert all(r["plan_verdict"] == "NO" and "gen_s" not in r for r in rows)
+    sharded = list(gpu_check.sharded_part("cpu", s["sharded"], tiny_hardware(1 / 1024)))
+    assert [r["status"].split(":")[0] for r in sharded] == ["skipped"] * 2 and all("gen_s" not in r for r in sharded)
+    assert "the plan at world size 1 needs" in sharded[0]["status"] and "predicted_per_device" not in sharded[0]
+    generate = gpu_check.generate_part("cpu", s["generate"], tiny_hardware(1 / 1024))
+    assert generate["status"].startswith("skipped: the plan needs") and "gen_s" not in generate
 
 
 @pytest.mark.parametrize(
