@@ -1,5 +1,7 @@
 """`make gpu-check` in its CPU mode (tiny shapes), as CI runs it: every part of the GPU check runs
-for real and the report holds what it measured. What only a GPU can show is in tests/test_cuda.py;
+for real and the report holds what it measured, started by the documented offline command
+(scripts/gpu-check-offline.sh) as a bare GPU machine would run it: no package index, no venv, and
+without the packages such a machine lacks. What only a GPU can show is in tests/test_cuda.py;
 here, without one: a row that runs out of memory (the error injected) is recorded and the check
 goes on, the report is on disk after every part, a rerun starts fresh smoke runs, rows the plan
 says cannot fit are skipped, capacity is the device's, the CUDA tests' exit status and timeout are
@@ -7,10 +9,17 @@ honest, and the random model's EOS is never sampled."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.metadata
 import json
+import os
+import re
+import site
 import subprocess
 import sys
 import textwrap
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,19 +34,132 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 
 
+# --- a bare GPU machine, emulated ----------------------------------------------------------------------
+
+# What a GPU machine with torch, transformers, accelerate, peft, pandas, scipy, matplotlib, seaborn and
+# pytest lacks of this venv: the workflow's and the data's packages (which the check must not import),
+# and math-verify with what it needs (which travel as wheels: `make gpu-wheels`).
+ABSENT = ("snakemake", "datasets", "vllm", "jsonschema", "tabulate", "dill", "pyarrow", "multiprocess", "xxhash")
+AS_WHEELS = ("math-verify", "latex2sympy2_extended", "antlr4-python3-runtime")
+AS_WHEELS_IMPORTS = ("math_verify", "latex2sympy2_extended", "antlr4")
+
+
+def normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def site_without(folder: Path, prefixes: tuple[str, ...]) -> Path:
+    """The venv's site-packages as a folder of links, less every package and distribution whose
+    name starts with one of `prefixes`: for Python they are not installed at all (no module spec,
+    no metadata), not merely unimportable."""
+    (source,) = [Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages"][:1]
+    folder.mkdir()
+    for entry in source.iterdir():
+        if not normalised(entry.name).startswith(prefixes):
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+SITECUSTOMIZE = """
+import sys
+# this Python's site-packages is the linked copy without the packages a bare GPU machine lacks
+sys.path[:] = [{view!r} if p == {real!r} else p for p in sys.path]
+"""
+
+
+def wheel_from_installed(distribution: str, folder: Path) -> Path:
+    """A pure-Python wheel of an installed distribution, from its files (RECORD rewritten): the
+    wheels `make gpu-wheels` downloads, made without a package index."""
+    dist = importlib.metadata.distribution(distribution)
+    files = [f for f in dist.files if f.parts[0] != ".." and "__pycache__" not in f.parts]
+    info = next(f.parts[0] for f in files if f.parts[0].endswith(".dist-info"))
+    name = normalised(dist.metadata["Name"])
+    path = folder / f"{name}-{dist.version}-py3-none-any.whl"
+    records = []
+    with zipfile.ZipFile(path, "w") as wheel:
+        for f in files:
+            if f.parts[0] == info and f.name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                continue
+            data = Path(f.locate()).read_bytes()
+            wheel.writestr(str(f), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append(f"{f},sha256={digest},{len(data)}")
+        wheel.writestr(f"{info}/RECORD", "\n".join([*records, f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def bare_machine(folder: Path) -> tuple[dict, Path]:
+    """(environment, wheels folder): `python3` on PATH is this venv's interpreter with the packages
+    of ABSENT and AS_WHEELS hidden, no venv active, pip with no index (an unreachable one named
+    besides, and no configuration file), Hugging Face offline; the wheels of AS_WHEELS."""
+    real = [p for p in site.getsitepackages() if Path(p).name == "site-packages"][0]
+    view = site_without(folder / "site-packages", tuple(map(normalised, ABSENT + AS_WHEELS + AS_WHEELS_IMPORTS)))
+    custom = folder / "sitecustomize"
+    custom.mkdir()
+    (custom / "sitecustomize.py").write_text(SITECUSTOMIZE.format(view=str(view), real=real))
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    wheels = folder / "wheels"
+    wheels.mkdir()
+    for distribution in AS_WHEELS:
+        wheel_from_installed(distribution, wheels)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL_ENV", "PYTHON"))}
+    env |= {
+        "PATH": f"{bin_dir}:{env['PATH']}",
+        "PYTHONPATH": str(custom),
+        "PIP_NO_INDEX": "1",
+        "PIP_INDEX_URL": "http://127.0.0.1:9/",
+        "PIP_CONFIG_FILE": os.devnull,
+        "HF_HUB_OFFLINE": "1",
+    }
+    return env, wheels
+
+
+OFFLINE = ROOT / "scripts" / "gpu-check-offline.sh"
+
+
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory):
-    """One run of `pods-bench gpu-check --device cpu`: its folder, exit status, report and markdown."""
+    """One run of the documented offline command, `scripts/gpu-check-offline.sh --device cpu`, on
+    the emulated bare machine: its folder, exit status, report and markdown."""
     folder = tmp_path_factory.mktemp("gpu-check")
+    env, wheels = bare_machine(tmp_path_factory.mktemp("bare-machine"))
+    command = [str(OFFLINE), "--wheels", str(wheels), "--site", str(folder.parent / "gpu-site")]
     out = subprocess.run(
-        [sys.executable, "-m", "pods_bench", "gpu-check", "--device", "cpu", "--out", str(folder)],
+        [*command, "--device", "cpu", "--out", str(folder)],
         capture_output=True,
         text=True,
-        timeout=900,
-        cwd=ROOT,
+        timeout=600,
+        cwd=folder.parent,  # not the repository: the script finds it
+        env=env,
     )
     report = json.loads((folder / "gpu_check.json").read_text()) if (folder / "gpu_check.json").exists() else None
     return folder, out, report, (folder / "gpu_check.md").read_text() if report else ""
+
+
+def test_the_emulated_bare_machine_lacks_what_a_gpu_machine_lacks(tmp_path):
+    env, _ = bare_machine(tmp_path)
+    probe = "import importlib.util as u, sys; print(sys.executable, [n for n in sys.argv[1:] if u.find_spec(n)])"
+    names = [*ABSENT, *AS_WHEELS_IMPORTS, "torch", "transformers", "accelerate", "peft", "pytest"]
+    out = subprocess.run(["python3", "-c", probe, *names], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split(" ", 1) == [sys.executable, "['torch', 'transformers', 'accelerate', 'peft', 'pytest']\n"]
+
+
+def test_the_offline_command_installs_only_the_missing_wheels_and_imports_nothing_it_lacks(cpu_check):
+    """The wheels of AS_WHEELS went into the site folder and nothing else did; the check never needed
+    the workflow's or the data's packages (they are not there to import)."""
+    folder, out, report, _ = cpu_check
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    installed = out.stdout.splitlines()[0]
+    assert installed.startswith("gpu-check-offline: installing into ") and installed.count(".whl") == 3
+    site_folder = folder.parent / "gpu-site"
+    assert {normalised(p.name.split("-")[0]) for p in site_folder.glob("*.dist-info")} == set(
+        map(normalised, AS_WHEELS)
+    )
+    assert report["packages"]["math-verify"] == importlib.metadata.version("math-verify")  # from the wheel
+    assert report["packages"]["datasets"] is report["packages"]["vllm"] is None
 
 
 def test_the_gpu_check_runs_in_cpu_mode_and_reports(cpu_check):
