@@ -28,7 +28,8 @@ while (($#)); do
     esac
 done
 # offline, whatever pip, the Hugging Face libraries or a proxy setting would otherwise try
-export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 # the site folder is this script's (a marker file says so): never empty a folder it did not make
 if [ -e "$SITE" ] && [ ! -e "$SITE/.gpu-check-offline" ] && [ -n "$(ls -A "$SITE")" ]; then
@@ -63,11 +64,14 @@ export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # what the check imports beyond the standard library, named before anything runs
 "$PYTHON" - <<'PY'
 import importlib.util, sys
-needed = ["torch", "transformers", "accelerate", "peft", "safetensors", "numpy", "yaml", "tqdm",
-          "math_verify", "latex2sympy2_extended", "antlr4", "sympy"]
-missing = [name for name in needed if importlib.util.find_spec(name) is None]
-if missing:
-    sys.exit(f"gpu-check-offline: {sys.executable} lacks {', '.join(missing)}: prepare the wheels with "
+machine = ["torch", "transformers", "accelerate", "peft", "safetensors", "numpy", "yaml", "tqdm"]
+wheels = ["math_verify", "latex2sympy2_extended", "antlr4", "sympy"]
+lacks = lambda names: [name for name in names if importlib.util.find_spec(name) is None]
+if lacks(machine):
+    sys.exit(f"gpu-check-offline: {sys.executable} lacks {', '.join(lacks(machine))}, which the check "
+             "expects installed (it installs only the wheels of `make gpu-wheels`)")
+if lacks(wheels):
+    sys.exit(f"gpu-check-offline: {sys.executable} lacks {', '.join(lacks(wheels))}: prepare the wheels with "
              "`make gpu-wheels` on a machine with a package index and copy .gpu-wheels/ here (docs/cost-model.md)")
 PY
 exec "$PYTHON" -m pods_bench gpu-check --out "$ROOT/results/gpu-check" "${args[@]}"

@@ -147,6 +147,20 @@ def test_the_emulated_bare_machine_lacks_what_a_gpu_machine_lacks(tmp_path):
     assert out.stdout.split(" ", 1) == [sys.executable, "['torch', 'transformers', 'accelerate', 'peft', 'pytest']\n"]
 
 
+def test_the_offline_command_names_what_is_missing_and_empties_only_its_own_site_folder(tmp_path):
+    (tmp_path / "machine").mkdir()
+    env, _ = bare_machine(tmp_path / "machine")
+    run = lambda *args: subprocess.run([str(OFFLINE), *args], capture_output=True, text=True, env=env, timeout=120)
+    out = run("--wheels", str(tmp_path / "none"), "--site", str(tmp_path / "site"), "--out", str(tmp_path / "out"))
+    assert out.returncode == 1 and not (tmp_path / "out").exists()
+    assert "lacks math_verify, latex2sympy2_extended, antlr4: prepare the wheels with `make gpu-wheels`" in out.stderr
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "keep").write_text("")
+    out = run("--site", str(tmp_path / "mine"), "--out", str(tmp_path / "out"))
+    assert out.returncode == 1 and "is not empty and was not made by this script" in out.stderr
+    assert (tmp_path / "mine" / "keep").exists()
+
+
 def test_the_offline_command_installs_only_the_missing_wheels_and_imports_nothing_it_lacks(cpu_check):
     """The wheels of AS_WHEELS went into the site folder and nothing else did; the check never needed
     the workflow's or the data's packages (they are not there to import)."""
