@@ -241,6 +241,24 @@ def test_one_process_of_the_8_gpu_recipe_runs_sharded_in_a_group_of_one(cpu_chec
     assert "| pods_n128_m32 | 128 | 4 | fits, " in text and "## The 7B recipe's generate call" in text
 
 
+def test_the_documented_plan_of_the_sharded_process_is_the_plans():
+    """docs/cost-model.md's table of the plan for part 4 at the recipe's lengths, recomputed."""
+    from pods_bench.planning.architecture import known_models
+    from pods_bench.planning.memory import Lengths
+
+    hardware, arms = gpu_check.recipe_arms(gpu_check.SHARDED_RECIPE)
+    cfg = gpu_check.at_shapes(arms["pods_n128_m32"], "cuda", gpu_check.shapes("cuda")["sharded"])
+    plan = gpu_check.sharded_plan(cfg, known_models()[gpu_check.QWEN_3B], hardware, Lengths(512, 1024))
+    doc = (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    table = doc.split("the sharded process at the recipe's lengths, in MiB")[1].split("\n\n")[1].splitlines()[2:]
+    documented = [tuple(int(cell) for cell in line.strip("|").split("|")[1:]) for line in table]
+    assert documented == [
+        (round(plan["world_size_1"][phase]), round(plan["per_device"][phase])) for phase in gpu_check.PHASES
+    ]
+    need = max(plan["world_size_1"].values()) / 1024 + plan["framework_gib"]
+    assert f"plan at world size 1 ({need:.1f} GiB with the framework)" in doc
+
+
 def test_the_measurement_is_carried_over_to_one_device_of_the_recipe():
     """Less (K-1)/K of the float32 shards the plan counts, and the framework's share added to the
     reserved peak: that is the one-GPU prediction of the 8-GPU fit."""
