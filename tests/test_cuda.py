@@ -105,3 +105,27 @@ def test_a_measured_step_reads_resting_memory_and_steady_state_peaks(mode):
     assert row["completion_tokens"] == 8 * s["completion"]
     assert row["optimizer_mib"] > 0 and row["resting_mib"] >= row["weights_mib"] + row["optimizer_mib"] - 1
     assert row["peak_gen_mib"] >= row["resting_mib"] and row["peak_update_mib"] > row["resting_mib"]
+
+
+def test_a_sharded_process_of_one_over_nccl_reads_each_phase():
+    """pods_bench.sharding.shard in an NCCL process group of one, at small dimensions: each phase has
+    its allocated and reserved peaks, the reserved at least the allocated, generation (the whole
+    model gathered) and the update above what rests, and the group is gone afterwards."""
+    from dataclasses import replace
+
+    import torch.distributed as dist
+
+    from pods_bench.gpu_check import QWEN_3B, SHARDED_RECIPE, at_shapes, measure_sharded, recipe_arms, shapes
+    from pods_bench.planning.architecture import known_models
+
+    s = shapes("cpu")["sharded"]  # tiny lengths, on the GPU
+    hardware, arms = recipe_arms(SHARDED_RECIPE)
+    cfg = at_shapes(arms["pods_n128_m32"], "cuda", s)
+    dims = replace(known_models()[QWEN_3B], hidden=256, layers=2, heads=4, kv_heads=2, intermediate=512, vocab=4096)
+    row = measure_sharded(cfg, dims, "cuda", s, hardware["processes"])
+    assert row["backend"] == "nccl" and row["completion_tokens"] == row["generated"] * s["completion"]
+    assert not dist.is_initialized()
+    for phase in ("gen", "update", "step"):
+        assert row[f"peak_{phase}_reserved_mib"] >= row[f"peak_{phase}_mib"] >= row["resting_mib"] > 0
+    assert row["peak_gen_mib"] > row["resting_mib"] and row["peak_update_mib"] > row["resting_mib"]
+    assert row["optimizer_mib"] > 0 and row["resting_mib"] >= row["weights_mib"] + row["optimizer_mib"] - 1

@@ -1,5 +1,7 @@
 """`make gpu-check` in its CPU mode (tiny shapes), as CI runs it: every part of the GPU check runs
-for real and the report holds what it measured. What only a GPU can show is in tests/test_cuda.py;
+for real and the report holds what it measured, started by the documented offline command
+(scripts/gpu-check-offline.sh) as a bare GPU machine would run it: no package index, no venv, and
+without the packages such a machine lacks. What only a GPU can show is in tests/test_cuda.py;
 here, without one: a row that runs out of memory (the error injected) is recorded and the check
 goes on, the report is on disk after every part, a rerun starts fresh smoke runs, rows the plan
 says cannot fit are skipped, capacity is the device's, the CUDA tests' exit status and timeout are
@@ -7,10 +9,17 @@ honest, and the random model's EOS is never sampled."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.metadata
 import json
+import os
+import re
+import site
 import subprocess
 import sys
 import textwrap
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,19 +34,146 @@ ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30
 
 
+# --- a bare GPU machine, emulated ----------------------------------------------------------------------
+
+# What a GPU machine with torch, transformers, accelerate, peft, pandas, scipy, matplotlib, seaborn and
+# pytest lacks of this venv: the workflow's and the data's packages (which the check must not import),
+# and math-verify with what it needs (which travel as wheels: `make gpu-wheels`).
+ABSENT = ("snakemake", "datasets", "vllm", "jsonschema", "tabulate", "dill", "pyarrow", "multiprocess", "xxhash")
+AS_WHEELS = ("math-verify", "latex2sympy2_extended", "antlr4-python3-runtime")
+AS_WHEELS_IMPORTS = ("math_verify", "latex2sympy2_extended", "antlr4")
+
+
+def normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def site_without(folder: Path, prefixes: tuple[str, ...]) -> Path:
+    """The venv's site-packages as a folder of links, less every package and distribution whose
+    name starts with one of `prefixes`: for Python they are not installed at all (no module spec,
+    no metadata), not merely unimportable."""
+    (source,) = [Path(p) for p in site.getsitepackages() if Path(p).name == "site-packages"][:1]
+    folder.mkdir()
+    for entry in source.iterdir():
+        if not normalised(entry.name).startswith(prefixes):
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+SITECUSTOMIZE = """
+import sys
+# this Python's site-packages is the linked copy without the packages a bare GPU machine lacks
+sys.path[:] = [{view!r} if p == {real!r} else p for p in sys.path]
+"""
+
+
+def wheel_from_installed(distribution: str, folder: Path) -> Path:
+    """A pure-Python wheel of an installed distribution, from its files (RECORD rewritten): the
+    wheels `make gpu-wheels` downloads, made without a package index."""
+    dist = importlib.metadata.distribution(distribution)
+    files = [f for f in dist.files if f.parts[0] != ".." and "__pycache__" not in f.parts]
+    info = next(f.parts[0] for f in files if f.parts[0].endswith(".dist-info"))
+    name = normalised(dist.metadata["Name"])
+    path = folder / f"{name}-{dist.version}-py3-none-any.whl"
+    records = []
+    with zipfile.ZipFile(path, "w") as wheel:
+        for f in files:
+            if f.parts[0] == info and f.name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                continue
+            data = Path(f.locate()).read_bytes()
+            wheel.writestr(str(f), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append(f"{f},sha256={digest},{len(data)}")
+        wheel.writestr(f"{info}/RECORD", "\n".join([*records, f"{info}/RECORD,,"]) + "\n")
+    return path
+
+
+def bare_machine(folder: Path) -> tuple[dict, Path]:
+    """(environment, wheels folder): `python3` on PATH is this venv's interpreter with the packages
+    of ABSENT and AS_WHEELS hidden, no venv active, pip with no index (an unreachable one named
+    besides, and no configuration file), Hugging Face offline; the wheels of AS_WHEELS."""
+    real = [p for p in site.getsitepackages() if Path(p).name == "site-packages"][0]
+    view = site_without(folder / "site-packages", tuple(map(normalised, ABSENT + AS_WHEELS + AS_WHEELS_IMPORTS)))
+    custom = folder / "sitecustomize"
+    custom.mkdir()
+    (custom / "sitecustomize.py").write_text(SITECUSTOMIZE.format(view=str(view), real=real))
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    wheels = folder / "wheels"
+    wheels.mkdir()
+    for distribution in AS_WHEELS:
+        wheel_from_installed(distribution, wheels)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUAL_ENV", "PYTHON"))}
+    env |= {
+        "PATH": f"{bin_dir}:{env['PATH']}",
+        "PYTHONPATH": str(custom),
+        "PIP_NO_INDEX": "1",
+        "PIP_INDEX_URL": "http://127.0.0.1:9/",
+        "PIP_CONFIG_FILE": os.devnull,
+        "HF_HUB_OFFLINE": "1",
+    }
+    return env, wheels
+
+
+OFFLINE = ROOT / "scripts" / "gpu-check-offline.sh"
+
+
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory):
-    """One run of `pods-bench gpu-check --device cpu`: its folder, exit status, report and markdown."""
+    """One run of the documented offline command, `scripts/gpu-check-offline.sh --device cpu`, on
+    the emulated bare machine: its folder, exit status, report and markdown."""
     folder = tmp_path_factory.mktemp("gpu-check")
+    env, wheels = bare_machine(tmp_path_factory.mktemp("bare-machine"))
+    command = [str(OFFLINE), "--wheels", str(wheels), "--site", str(folder.parent / "gpu-site")]
     out = subprocess.run(
-        [sys.executable, "-m", "pods_bench", "gpu-check", "--device", "cpu", "--out", str(folder)],
+        [*command, "--device", "cpu", "--out", str(folder)],
         capture_output=True,
         text=True,
-        timeout=900,
-        cwd=ROOT,
+        timeout=600,
+        cwd=folder.parent,  # not the repository: the script finds it
+        env=env,
     )
     report = json.loads((folder / "gpu_check.json").read_text()) if (folder / "gpu_check.json").exists() else None
     return folder, out, report, (folder / "gpu_check.md").read_text() if report else ""
+
+
+def test_the_emulated_bare_machine_lacks_what_a_gpu_machine_lacks(tmp_path):
+    env, _ = bare_machine(tmp_path)
+    probe = "import importlib.util as u, sys; print(sys.executable, [n for n in sys.argv[1:] if u.find_spec(n)])"
+    names = [*ABSENT, *AS_WHEELS_IMPORTS, "torch", "transformers", "accelerate", "peft", "pytest"]
+    out = subprocess.run(["python3", "-c", probe, *names], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split(" ", 1) == [sys.executable, "['torch', 'transformers', 'accelerate', 'peft', 'pytest']\n"]
+
+
+def test_the_offline_command_names_what_is_missing_and_empties_only_its_own_site_folder(tmp_path):
+    (tmp_path / "machine").mkdir()
+    env, _ = bare_machine(tmp_path / "machine")
+    run = lambda *args: subprocess.run([str(OFFLINE), *args], capture_output=True, text=True, env=env, timeout=120)
+    out = run("--wheels", str(tmp_path / "none"), "--site", str(tmp_path / "site"), "--out", str(tmp_path / "out"))
+    assert out.returncode == 1 and not (tmp_path / "out").exists()
+    assert "lacks math_verify, latex2sympy2_extended, antlr4: prepare the wheels with `make gpu-wheels`" in out.stderr
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "keep").write_text("")
+    out = run("--site", str(tmp_path / "mine"), "--out", str(tmp_path / "out"))
+    assert out.returncode == 1 and "is not empty and was not made by this script" in out.stderr
+    assert (tmp_path / "mine" / "keep").exists()
+
+
+def test_the_offline_command_installs_only_the_missing_wheels_and_imports_nothing_it_lacks(cpu_check):
+    """The wheels of AS_WHEELS went into the site folder and nothing else did; the check never needed
+    the workflow's or the data's packages (they are not there to import)."""
+    folder, out, report, _ = cpu_check
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    installed = out.stdout.splitlines()[0]
+    assert installed.startswith("gpu-check-offline: installing into ") and installed.count(".whl") == 3
+    site_folder = folder.parent / "gpu-site"
+    assert {normalised(p.name.split("-")[0]) for p in site_folder.glob("*.dist-info")} == set(
+        map(normalised, AS_WHEELS)
+    )
+    assert report["packages"]["math-verify"] == importlib.metadata.version("math-verify")  # from the wheel
+    assert report["packages"]["datasets"] is report["packages"]["vllm"] is None
 
 
 def test_the_gpu_check_runs_in_cpu_mode_and_reports(cpu_check):
@@ -66,7 +202,81 @@ def test_the_gpu_check_runs_in_cpu_mode_and_reports(cpu_check):
         # the CUDA allocator's counters: none on CPU (tests/test_planning.py measures memory there)
         assert r["resting_mib"] is r["peak_gen_mib"] is r["peak_update_mib"] is None
     assert report["packages"]["torch"] and report["seconds"] > 0
+    assert list(report["part_seconds"]) == ["cuda_tests", "smoke", "paper_scale", "sharded", "generate"]
     assert text.startswith("# GPU check:") and "| lora | 8/4 | fits | measured |" in text and "Incomplete" not in text
+
+
+def test_one_process_of_the_8_gpu_recipe_runs_sharded_in_a_group_of_one(cpu_check):
+    """config/h100x8.yaml's process (1 prompt of 8, 512 rows generated, 512 or 128 trained in
+    micro-batches of 32) with FSDP2 over gloo at world size 1: one measurement on the arm that
+    trains fewest rows, each arm with its plan; the float32 weights and AdamW's state are whole,
+    as the plan at world size 1 counts them."""
+    _, _, report, text = cpu_check
+    rows = {r["arm"]: r for r in report["sharded"]}
+    assert list(rows) == ["grpo_n32_m32", "pods_n128_m32"]
+    grpo, pods = rows["grpo_n32_m32"], rows["pods_n128_m32"]
+    assert (grpo["prompts"], grpo["generated"], grpo["trained"], grpo["micro_batches"]) == (1, 512, 512, 16)
+    assert (pods["prompts"], pods["generated"], pods["trained"], pods["micro_batches"]) == (1, 512, 128, 4)
+    assert pods["status"] == "measured" and pods["backend"] == "gloo" and pods["world_size"] == 1
+    assert pods["completion_tokens"] == 512 * 16  # every row decodes to the (CPU) limit
+    assert all(pods[k] > 0 for k in ("gen_s", "update_s", "step_s", "warmup_gen_s", "warmup_update_s"))
+    assert "update_from" not in pods and grpo["update_from"].startswith("pods_n128_m32: 16 x")
+    assert grpo["update_s"] == pytest.approx(4 * pods["update_s"], rel=0.01)
+    for r in (grpo, pods):
+        plan = r["plan"]
+        assert plan["processes"] == 8 and plan["verdict"] == "fits" and r["plan_update_s"] > 0
+        assert all(plan["world_size_1"][phase] > plan["per_device"][phase] for phase in gpu_check.PHASES)
+    assert pods["weights_mib"] + pods["optimizer_mib"] == pytest.approx(
+        pods["plan"]["world_size_1"]["resting"], rel=0.01
+    )
+    assert grpo["plan"]["per_device"] == pods["plan"]["per_device"]  # the same micro-batch and generate call
+    assert pods["peak_gen_mib"] is pods["peak_step_reserved_mib"] is None  # no CUDA allocator on CPU
+    generate = report["generate"]
+    assert (
+        generate["status"] == "measured"
+        and generate["rows"] == 512
+        and generate["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    )
+    assert generate["completion_tokens"] == 512 * generate["new_tokens"] and generate["plan_gen_mib"] > 0
+    assert "| pods_n128_m32 | 128 | 4 | fits, " in text and "## The 7B recipe's generate call" in text
+
+
+def test_the_documented_plan_of_the_sharded_process_is_the_plans():
+    """docs/cost-model.md's table of the plan for part 4 at the recipe's lengths, recomputed."""
+    from pods_bench.planning.architecture import known_models
+    from pods_bench.planning.memory import Lengths
+
+    hardware, arms = gpu_check.recipe_arms(gpu_check.SHARDED_RECIPE)
+    cfg = gpu_check.at_shapes(arms["pods_n128_m32"], "cuda", gpu_check.shapes("cuda")["sharded"])
+    plan = gpu_check.sharded_plan(cfg, known_models()[gpu_check.QWEN_3B], hardware, Lengths(512, 1024))
+    doc = (ROOT / "docs" / "cost-model.md").read_text(encoding="utf-8")
+    table = doc.split("the sharded process at the recipe's lengths, in MiB")[1].split("\n\n")[1].splitlines()[2:]
+    documented = [tuple(int(cell) for cell in line.strip("|").split("|")[1:]) for line in table]
+    assert documented == [
+        (round(plan["world_size_1"][phase]), round(plan["per_device"][phase])) for phase in gpu_check.PHASES
+    ]
+    need = max(plan["world_size_1"].values()) / 1024 + plan["framework_gib"]
+    assert f"plan at world size 1 ({need:.1f} GiB with the framework)" in doc
+
+
+def test_the_measurement_is_carried_over_to_one_device_of_the_recipe():
+    """Less (K-1)/K of the float32 shards the plan counts, and the framework's share added to the
+    reserved peak: that is the one-GPU prediction of the 8-GPU fit."""
+    plan = {
+        "processes": 8,
+        "framework_gib": 1.5,
+        "capacity_gib": 79.65,
+        "per_device": {"resting": 4400.0, "gen": 39000.0, "update": 26000.0, "step": 7300.0},
+        "world_size_1": {"resting": 35300.0, "gen": 69900.0, "update": 66900.0, "step": 58400.0},
+    }
+    measured = {"resting_mib": 35400, "resting_reserved_mib": 36000, "peak_gen_mib": 72000}
+    measured |= {"peak_gen_reserved_mib": 75000, "peak_update_mib": 65000, "peak_update_reserved_mib": 70000}
+    measured |= {"peak_step_mib": 59000, "peak_step_reserved_mib": 60000}
+    carried = gpu_check.predicted_per_device(measured, plan)
+    assert carried["gen_allocated_mib"] == 72000 - 30900 and carried["gen_reserved_mib"] == 75000 - 30900
+    assert carried["resting_allocated_mib"] == 35400 - 30900 and carried["step_reserved_mib"] == 60000 - 51100
+    assert carried["peak_gib"] == pytest.approx(44100 / 1024 + 1.5, abs=0.01) and carried["fits"] is True
+    assert gpu_check.predicted_per_device({**measured, "peak_gen_reserved_mib": 150000}, plan)["fits"] is False
 
 
 def test_an_out_of_memory_row_is_recorded_the_check_goes_on_and_each_part_is_on_disk(cpu_check, monkeypatch):
@@ -121,6 +331,11 @@ def test_rows_the_plan_says_cannot_fit_are_skipped():
     rows = list(gpu_check.paper_scale("cpu", s, tiny_hardware(1 / 1024)))  # 1 MiB: not even the weights
     assert [r["status"] for r in rows] == ["skipped: the plan says it cannot fit"] * 4
     assert all(r["plan_verdict"] == "NO" and "gen_s" not in r for r in rows)
+    sharded = list(gpu_check.sharded_part("cpu", s["sharded"], tiny_hardware(1 / 1024)))
+    assert [r["status"].split(":")[0] for r in sharded] == ["skipped"] * 2 and all("gen_s" not in r for r in sharded)
+    assert "the plan at world size 1 needs" in sharded[0]["status"] and "predicted_per_device" not in sharded[0]
+    generate = gpu_check.generate_part("cpu", s["generate"], tiny_hardware(1 / 1024))
+    assert generate["status"].startswith("skipped: the plan needs") and "gen_s" not in generate
 
 
 @pytest.mark.parametrize(
