@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -222,6 +223,26 @@ def hardware_setup(name: str, hardware_file: str | Path = HARDWARE_FILE) -> dict
             f"config key hardware: unknown setup {name!r}; choose from {', '.join(setups)} (config/hardware.yaml)"
         )
     return setups[name]
+
+
+def job_resources(rule: str, hardware: dict, resources: dict, arm_config=None) -> dict:
+    """Snakemake resources of one `rule` job ("train" or "evaluate") on `hardware` (a setup of
+    config/hardware.yaml), with the experiment config's `resources` replacing the setup's; a
+    training job's runtime follows its arm's budget (`arm_config`, the arm's trainer config)."""
+    spec = {**hardware[rule], **resources.get(rule, {})}
+    if "runtime_min" in spec:
+        runtime = spec["runtime_min"]
+    else:  # training: the time budget, slowed down by the hardware's factor, plus start-up
+        budget_s = arm_config.budget.max_train_time_s
+        if budget_s is None:
+            raise PodsBenchError(
+                f"config key resources.{rule}.runtime_min is needed: the budget has no max_train_time_s"
+            )
+        runtime = math.ceil(budget_s / 60 * spec["runtime_factor"] + spec["runtime_overhead_min"])
+    job = {"mem_mb": spec["mem_mb"], "runtime": runtime, "cpus_per_task": spec["cpus"], "gpu": spec["gpu"]}
+    if spec["gpu"] and hardware.get("gpu_model"):
+        job["gpu_model"] = hardware["gpu_model"]
+    return job
 
 
 def check_benchmarks(experiment: Experiment) -> None:

@@ -6,14 +6,12 @@ experiment itself (its config, the trainer config of each run) is pods_bench/exp
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pods_bench.errors import PodsBenchError
-from pods_bench.experiment import ROOT
+from pods_bench.experiment import ROOT, job_resources  # noqa: F401  (the rules' jobs.job_resources)
 
 if TYPE_CHECKING:
     from pods_bench.experiment import AnalysisChoices, Experiment
@@ -39,26 +37,6 @@ def finished_run(experiment: Experiment, arm: str, seed, arm_config) -> str:
     trainer evaluates inline (`eval.inline`), else the evaluation job's."""
     where = experiment.layout
     return where.train_done(arm, seed) if arm_config.eval.inline else where.eval_done(arm, seed)
-
-
-def job_resources(rule: str, hardware: dict, resources: dict, arm_config=None) -> dict:
-    """Snakemake resources of one `rule` job ("train" or "evaluate") on `hardware` (a setup of
-    config/hardware.yaml), with the experiment config's `resources` replacing the setup's; a
-    training job's runtime follows its arm's budget (`arm_config`, the arm's trainer config)."""
-    spec = {**hardware[rule], **resources.get(rule, {})}
-    if "runtime_min" in spec:
-        runtime = spec["runtime_min"]
-    else:  # training: the time budget, slowed down by the hardware's factor, plus start-up
-        budget_s = arm_config.budget.max_train_time_s
-        if budget_s is None:
-            raise PodsBenchError(
-                f"config key resources.{rule}.runtime_min is needed: the budget has no max_train_time_s"
-            )
-        runtime = math.ceil(budget_s / 60 * spec["runtime_factor"] + spec["runtime_overhead_min"])
-    job = {"mem_mb": spec["mem_mb"], "runtime": runtime, "cpus_per_task": spec["cpus"], "gpu": spec["gpu"]}
-    if spec["gpu"] and hardware.get("gpu_model"):
-        job["gpu_model"] = hardware["gpu_model"]
-    return job
 
 
 def train_launcher(hardware: dict, arm_config, root: Path = ROOT) -> str:

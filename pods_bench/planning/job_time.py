@@ -16,7 +16,7 @@ weights in their dtype and AdamW's two float32 moments (gathered on rank 0 under
 that covers gathering, serialising and writing). Not counted: start-up (model loading, the engines'
 warm-up) and the tail of the job (the run's last records): what the limit's margin is for.
 
-The limit is the training job's runtime (workflow_jobs.py `job_resources`): budget / 60 x
+The limit is the training job's runtime (experiment.py `job_resources`, as the workflow asks for it): budget / 60 x
 runtime_factor + runtime_overhead_min minutes, or the experiment's resources.train.runtime_min.
 """
 
@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.experiment import job_resources
 from pods_bench.planning.memory import DTYPE_BYTES, trainable_params
 from pods_bench.planning.step_time import StepTimeModel, predict_eval
 from pods_bench.tasks import load_problems
-from pods_bench.workflow_jobs import job_resources
 
 # Published sizes of the hub benchmarks' splits (pods_bench/tasks/hub.py), so that planning reads no data.
 SPLIT_SIZES = {

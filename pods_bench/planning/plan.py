@@ -156,7 +156,7 @@ def markdown(rows: list[dict]) -> str:
     """The plan as a Markdown table (memory in GiB per device, times in seconds per step)."""
     shown = MEMORY_PARTS[:2] + MEMORY_PARTS[4:]  # the reference model and framework share are in the CSV
     head = ["arm", "n/m", "peak GiB", "of", "fits", "floor GiB", "weights", "optim", "grads", "activations"]
-    head += ["autocast", "optim step", "gathered", "units", "engine"]
+    head += ["autocast", "optim step", "gathered", "units", "engine", "reserve", "NCCL"]
     head += ["gen s", "reward s", "update s", "sync s", "step s"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
