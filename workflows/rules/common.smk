@@ -23,6 +23,7 @@ from pods_bench import experiment as experiment_settings
 from pods_bench import workflow_jobs as jobs
 from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
+from pods_bench.model_sources import is_gguf
 from pods_bench.planning.plan import check_fits
 from pods_bench.pretrain import PretrainConfig
 

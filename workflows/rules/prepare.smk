@@ -40,10 +40,19 @@ rule warm_start:
         "{params.threads_env}{PODS_BENCH} pretrain --out {output} {params.options} 2>&1 | tee {log}"
 
 
+def model_name() -> str:
+    return TRAIN_SETTINGS.get("model", {}).get("name", "tiny")
+
+
+def gguf_model() -> str | None:
+    """The GGUF file to convert (gguf:<file>, package:<package>/<file>), or None."""
+    return None if WARM_START.enabled or not is_gguf(model_name()) else model_name()
+
+
 def hub_model() -> str | None:
-    """The hub model to download, or None (tiny, warm-started or a local folder)."""
-    name = TRAIN_SETTINGS.get("model", {}).get("name", "tiny")
-    if WARM_START.enabled or name == "tiny" or Path(name).exists():
+    """The hub model to download, or None (tiny, warm-started, a local folder or a GGUF file)."""
+    name = model_name()
+    if WARM_START.enabled or name == "tiny" or Path(name).exists() or is_gguf(name):
         return None
     return name
 
@@ -56,6 +65,8 @@ def prepare_commands() -> str:
     commands = [f"{PODS_BENCH} tasks {name} --split {split} --limit 1{data_dir}" for name, split in splits]
     if hub_model():
         commands.append(f"hf download {shlex.quote(hub_model())}")
+    elif gguf_model():  # converted once into its cached folder, before the training jobs read it
+        commands.append(f"{PODS_BENCH} model {shlex.quote(gguf_model())}")
     return " && ".join(commands)
 
 

