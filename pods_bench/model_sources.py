@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.io import atomic_write_json, locked
 
 GGUF_PREFIX = "gguf:"
 PACKAGE_PREFIX = "package:"
@@ -97,8 +98,6 @@ def convert(path: Path, sha: str, folder: Path) -> None:
     """Dequantize `path` into a float32 safetensors folder at `folder`, atomically: written beside it
     under a temporary name, renamed into place, source.json last (its presence marks a complete
     folder); under a lock, so processes starting together convert once."""
-    from pods_bench.io import atomic_write_json, locked
-
     folder.parent.mkdir(parents=True, exist_ok=True)
     with locked(folder.parent / f".{folder.name}.lock"):
         if (folder / SOURCE_JSON).is_file():  # another process converted it while we waited

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.model_sources import resolve
 
 # ChatML, as used by Qwen models: the smoke model sees prompts in the same form as real ones.
 CHATML_TEMPLATE = (
@@ -118,8 +119,6 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", device: 
     model on the meta device (its config and generation config, no weights read or allocated)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    from pods_bench.model_sources import resolve
 
     name_or_path = resolve(name_or_path).path  # a GGUF file: its converted folder
     path = Path(name_or_path)

@@ -54,6 +54,10 @@ SAFE_BY_DESIGN = {
         "pods_bench/engines/vllm.py",
         "start_vllm_engine",
     ): "a scratch copy of the tiny model for vLLM to load, in a fresh temporary folder",
+    (
+        "pods_bench/model_sources.py",
+        "convert",
+    ): "writes into a .tmp- folder, renamed into place, then source.json (atomically) marks it complete",
     ("workflows/scripts/train_config.py", "<module>"): "the job's log file (a log, not a result)",
     ("workflows/scripts/manifest.py", "<module>"): "the job's log file (a log, not a result)",
 }

@@ -586,7 +586,7 @@ CASES = [
         workflow_config(too_big_for_l40s),
         DRY_RUN,
         WORKFLOW + "arm grpo_n16_m16 cannot fit on l40s: weights, optimizer state, gradients and the engine alone "
-        "need 143.35 GiB per device of 44.99 (largest part: optimizer 56.74 GiB); use LoRA, "
+        "need 157.54 GiB per device of 44.99 (largest part: optimizer 56.74 GiB); use LoRA, "
         "optim.fsdp (full fine-tuning on several processes), more processes or a smaller engine share",
         NO_RESULTS,
     ),

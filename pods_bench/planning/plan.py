@@ -100,7 +100,8 @@ def verdict_line(row: dict) -> str | None:
     if row["fits"]:
         return None
     floor = not row["fits_floor"]
-    parts = [p for p in MEMORY_PARTS if not (floor and p == "activations")]
+    # what a setting can shrink: not the allocator's reserve and NCCL's buffers, which follow the rest
+    parts = [p for p in MEMORY_PARTS if p not in ("reserve", "nccl") and not (floor and p == "activations")]
     biggest = max(parts, key=lambda part: row[f"mem_{part}_gib"])
     largest = f"largest part: {biggest} {row[f'mem_{biggest}_gib']} GiB"
     if floor:
