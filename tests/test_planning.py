@@ -214,19 +214,27 @@ def test_lora_sharding_checkpointing_and_vllm_by_hand():
     assert two["parts"]["optimizer"] == math.ceil(2 * lora * 4 / 2)
 
 
-MEASURE = """
+# What both measurement scripts start with: the spec (argv[1]), its model dimensions, the peak reader.
+MEASURE_PREAMBLE = """
 import re, sys, json, torch
-from accelerate import Accelerator
-from transformers import AutoModelForCausalLM, LlamaConfig, get_scheduler
-from pods_bench import train as T
 from pods_bench.config import config_from_dict
 from pods_bench.planning.architecture import ModelDims
-from pods_bench.planning.memory import Lengths, activation_bytes
+from pods_bench.planning.memory import Lengths
 torch.set_num_threads(1)
 spec = json.loads(sys.argv[1])
 h, layers, vocab, rows, P, C = (spec[k] for k in ("hidden", "layers", "vocab", "rows", "prompt", "completion"))
 dims = ModelDims(h, layers, 4, 2, 3 * h, vocab)
 torch.manual_seed(0)
+status = lambda key: int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+"""
+
+MEASURE = (
+    MEASURE_PREAMBLE
+    + """
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, LlamaConfig, get_scheduler
+from pods_bench import train as T
+from pods_bench.planning.memory import activation_bytes
 model = AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=vocab, hidden_size=h, num_hidden_layers=layers,
     num_attention_heads=4, num_key_value_heads=2, intermediate_size=3 * h, tie_word_embeddings=True))
 cfg = config_from_dict({"selection": {"rule": "all", "n": rows, "m": rows}, "prompts_per_step": 1, "device": "cpu",
@@ -243,7 +251,6 @@ seqs = [T.KeptRollout(torch.randint(1, vocab, (P,), generator=g).tolist(), torch
         float(i % 2) - 0.5) for i in range(rows)]
 T.update_policy(learner, seqs, cfg)  # the optimizer state exists from here on
 optimizer.zero_grad(set_to_none=True)
-status = lambda key: int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 before = status("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # resets the peak (VmHWM) to the current RSS
 T.update_policy(learner, seqs, cfg)
@@ -251,17 +258,23 @@ measured = status("VmHWM") - before
 predicted = activation_bytes(cfg, dims, rows, Lengths(P, C)) + dims.params * 4  # + the gradients
 print(json.dumps({"measured": measured, "predicted": predicted}))
 """
+)
 
 
 LOGITS_HEAVY = {"hidden": 64, "layers": 1, "vocab": 32000, "rows": 8, "prompt": 16, "completion": 256}
 
 
 def measure_update(spec: dict) -> dict:
-    """Measured and planned peak of a real update (MEASURE) in a fresh process. glibc's mmap
+    """Measured and planned peak of a real update (MEASURE) in a fresh process."""
+    return measure(MEASURE, spec)
+
+
+def measure(script: str, spec: dict) -> dict:
+    """{"measured", "predicted"} printed by a measurement script run in a fresh process. glibc's mmap
     threshold is fixed, so that freed blocks go back to the system and the resident set follows
     what torch holds."""
     out = subprocess.run(
-        [sys.executable, "-c", MEASURE, json.dumps(spec)],
+        [sys.executable, "-c", script, json.dumps(spec)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -308,24 +321,17 @@ def test_log_prob_chunks_save_the_memory_the_plan_says():
     assert whole["measured"] - chunked["measured"] == pytest.approx(planned, rel=0.25), (whole, chunked)
 
 
-MEASURE_GENERATE = """
-import re, sys, json, torch
-from pods_bench.config import config_from_dict
+MEASURE_GENERATE = (
+    MEASURE_PREAMBLE
+    + """
 from pods_bench.engines.base import SamplingConfig
 from pods_bench.engines.hf import HFEngine
 from pods_bench.models import TokenIdTokenizer, build_random_model
-from pods_bench.planning.architecture import ModelDims
-from pods_bench.planning.memory import Lengths, hf_generation_bytes
-torch.set_num_threads(1)
-spec = json.loads(sys.argv[1])
-h, layers, vocab, rows, P, C = (spec[k] for k in ("hidden", "layers", "vocab", "rows", "prompt", "completion"))
-dims = ModelDims(h, layers, 4, 2, 3 * h, vocab)
-torch.manual_seed(0)
+from pods_bench.planning.memory import hf_generation_bytes
 engine = HFEngine(build_random_model(dims, "float32", "cpu"), TokenIdTokenizer(vocab), max_batch=rows)
 prompt = " ".join(str(1 + i % (vocab - 1)) for i in range(P))
 sampling = SamplingConfig(temperature=0.9, top_p=1.0, top_k=50, max_new_tokens=C, seed=0)  # the 8-GPU recipe's
 engine.generate([prompt], rows, sampling)  # first-call allocations
-status = lambda key: int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 before = status("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # resets the peak (VmHWM) to the current RSS
 engine.generate([prompt], rows, sampling)
@@ -333,6 +339,7 @@ measured = status("VmHWM") - before
 cfg = config_from_dict({"device": "cpu", "budget": {"max_steps": 1}})
 print(json.dumps({"measured": measured, "predicted": hf_generation_bytes(cfg, dims, rows, Lengths(P, C))}))
 """
+)
 
 
 @needs_peak_reset
@@ -350,15 +357,7 @@ def test_hf_generation_memory_is_within_15_percent_of_the_measured_peak(spec):
     its resident-set high-water mark above the resting process against hf_generation_bytes: a call
     whose prefill dominates, one whose decode step's vocabulary-wide temporaries dominate, one whose
     KV cache does."""
-    out = subprocess.run(
-        [sys.executable, "-c", MEASURE_GENERATE, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1"},
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.splitlines()[-1])
+    result = measure(MEASURE_GENERATE, spec)
     assert result["measured"] > 50 * 2**20  # large enough to be more than allocator noise
     assert result["predicted"] == pytest.approx(result["measured"], rel=0.15), result
 
