@@ -455,6 +455,22 @@ def test_vigor_and_hora_give_a_prompt_drawn_twice_in_one_step_a_group_per_slot(s
         assert right.mean() == rates[p] and len(right) == batch.sizes[g]
 
 
+def test_hora_breaks_exact_ties_by_draw_order_not_by_rounding():
+    from fractions import Fraction
+
+    from pods_bench.allocation.hora import allocate, hit_utility
+
+    # probes of 2: Beta(1, 3) (0 right) and Beta(2, 2) (1 right). Marginals 1/4, 3/20, 1/10, ... and
+    # 1/2, 1/5, 1/10, ...: the fifth extra rollout is a tie at exactly 1/10, which goes to the first prompt
+    assert hit_utility(1, 3, 2) == hit_utility(2, 2, 2) == Fraction(1, 10)
+    assert allocate([0, 1], probes=2, extra=4) == [2, 2]
+    assert allocate([0, 1], probes=2, extra=5) == [3, 2]
+    # more exact ties (the float utilities of log-gamma had the later prompt win each of them)
+    assert allocate([0, 1], probes=3, extra=2) == [1, 1]  # Beta(1, 4), Beta(2, 3): 2/5, then a tie at 1/5
+    assert allocate([0, 1], probes=1, extra=6) == [4, 2]
+    assert allocate([4, 1], probes=4, extra=4) == [2, 2]
+
+
 def test_vigor_and_hora_bad_settings_stop_with_one_line():
     with pytest.raises(PodsBenchError) as error:
         make_cfg("vigor", n=16, m=16, P=8)
