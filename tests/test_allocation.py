@@ -416,6 +416,61 @@ def test_hora_allocates_the_rest_of_the_budget_by_marginal_hit_utility():
     assert stats == {"rounds": 4, "groups_sampled": 6, "group_size_min": 6, "group_size_max": 10}
 
 
+class TaggedSampler(ScriptedSampler):
+    """ScriptedSampler whose rollouts carry (prompt, call, row, rollout): every rollout is told apart."""
+
+    def sample(self, prompts, k, owners=None, repeats=1):
+        local, everyone = super().sample(prompts, k, owners, repeats)
+        call = len(self.calls_made)
+        local.completion_ids = [[[p, call, row, j] for j in range(k)] for row, p in enumerate(local.prompt)]
+        return local, everyone
+
+
+@pytest.mark.parametrize("strategy", ["vigor", "hora"])
+def test_vigor_and_hora_give_a_prompt_drawn_twice_in_one_step_a_group_per_slot(strategy):
+    # 12 prompts, 8 a step: the second step's draw crosses the epoch boundary and holds prompt 1 twice
+    draw = PromptStream(NUM_PROMPTS, 0).take(8, 8)
+    assert draw == [6, 10, 8, 1, 0, 7, 1, 11]
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0) | {1: 0.5, 10: 0.5}
+    settings = {"probe_rollouts": 4} if strategy == "hora" else {}
+    cfg = make_cfg(strategy, n=8, m=8, P=8, **settings)
+    sampler = TaggedSampler(cfg, rates, step=1, cursor=8)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert batch.prompt == draw  # one group a slot, in the order drawn
+    if strategy == "vigor":
+        # round 1 (2 each): slots 1, 3, 6 vary; active 0, 1, 3, 6 -> 1, 3 (slot 0 never varies) -> 1
+        assert batch.sizes == [6, 30, 2, 14, 2, 2, 6, 2]
+    else:
+        from pods_bench.allocation.hora import allocate
+
+        extra = allocate([2 if p in (1, 10) else 0 for p in draw], probes=4, extra=8 * 4)
+        assert batch.sizes == [4 + e for e in extra] and extra[3] == extra[6] > 0
+    # every rollout sampled is trained once, in its own slot's group, with its own outcome
+    rollouts = [tuple(c) for group in batch.completion_ids for c in group]
+    assert len(rollouts) == len(set(rollouts)) == sum(batch.sizes) == 8 * 8 == sampler.counts["rollouts_generated"]
+    assert all(c[0] == p for p, group in zip(batch.prompt, batch.completion_ids) for c in group)
+    assert stats["group_size_min"] == min(batch.sizes) and stats["group_size_max"] == max(batch.sizes)
+    for g, p in enumerate(batch.prompt):
+        right = batch.of_group("correct", g)
+        assert right.mean() == rates[p] and len(right) == batch.sizes[g]
+
+
+def test_hora_breaks_exact_ties_by_draw_order_not_by_rounding():
+    from fractions import Fraction
+
+    from pods_bench.allocation.hora import allocate, hit_utility
+
+    # probes of 2: Beta(1, 3) (0 right) and Beta(2, 2) (1 right). Marginals 1/4, 3/20, 1/10, ... and
+    # 1/2, 1/5, 1/10, ...: the fifth extra rollout is a tie at exactly 1/10, which goes to the first prompt
+    assert hit_utility(1, 3, 2) == hit_utility(2, 2, 2) == Fraction(1, 10)
+    assert allocate([0, 1], probes=2, extra=4) == [2, 2]
+    assert allocate([0, 1], probes=2, extra=5) == [3, 2]
+    # more exact ties (the float utilities of log-gamma had the later prompt win each of them)
+    assert allocate([0, 1], probes=3, extra=2) == [1, 1]  # Beta(1, 4), Beta(2, 3): 2/5, then a tie at 1/5
+    assert allocate([0, 1], probes=1, extra=6) == [4, 2]
+    assert allocate([4, 1], probes=4, extra=4) == [2, 2]
+
+
 def test_vigor_and_hora_bad_settings_stop_with_one_line():
     with pytest.raises(PodsBenchError) as error:
         make_cfg("vigor", n=16, m=16, P=8)

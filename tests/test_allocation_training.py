@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -132,6 +133,27 @@ def test_strategies_with_groups_of_different_sizes_train_every_rollout(
     run(tmp_path / "resumed", smoke_model_dir, strategy, 3, **sections)
     logs = [without_timings(read_lines(tmp_path / d / "train_log.jsonl")) for d in ("straight", "resumed")]
     assert logs[0] == logs[1]
+
+
+@pytest.mark.parametrize("strategy", ["vigor", "hora"])
+def test_a_step_that_draws_a_prompt_twice_trains_each_slot_as_its_own_group(
+    tmp_path, smoke_model_dir, strategy, monkeypatch
+):
+    """12 training prompts, 8 a step: step 2's draw crosses the epoch boundary and holds a prompt
+    twice; each drawn slot is a group of its own, and every rollout sampled trains exactly once (the
+    multiset of sequences trained is the multiset generated: the smoke model repeats completions)."""
+    witness = StepWitness(monkeypatch)
+    sections = dict(
+        task={"name": "arith-mix", "system_prompt": "", "limit": 12},
+        prompts_per_step=8,
+        selection={"rule": "all", "n": 8, "m": 8},
+    )
+    steps = read_lines(run(tmp_path / strategy, smoke_model_dir, strategy, 2, **sections) / "train_log.jsonl")
+    assert [r["step"] for r in steps] == [1, 2]
+    assert len(witness.steps[1]["rows_per_prompt"]) < 8  # the premise: step 2 drew a prompt twice
+    for r, seen in zip(steps, witness.steps):
+        assert Counter(seen["trained"]) == Counter(seen["sampled"]) and len(seen["sampled"]) == 8 * 8
+        assert r["rollouts_generated"] == r["rollouts_in_groups"] == 8 * 8 and r["groups_trained"] == 8
 
 
 def test_cppo_batch_pruning_trains_on_groups_x_m_rollouts(tmp_path, smoke_model_dir, monkeypatch):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pods_bench.allocation import ALLOCATION_STRATEGIES
 from pods_bench.config import config_from_dict
 from pods_bench.run_dir import StepRecord
 from pods_bench.train import train
@@ -52,13 +53,28 @@ def test_the_page_documents_every_field_of_the_step_record_and_nothing_else():
         "buffer_size",
         "prompts_evicted",
         "commit_age_mean",
+        "group_size_min",
+        "group_size_max",
     }
 
 
-@pytest.mark.parametrize("strategy", ["uniform", "dynamic_sampling", "greso", "pilot_commit"])
+# each registered strategy's settings for a one-step tiny run (selection.n = 4): a strategy added to
+# the registry without an entry here fails the test below, so its counters cannot go undocumented
+ONE_STEP_SETTINGS = {
+    "uniform": {},
+    "dynamic_sampling": {"when_short": "train", "max_rounds": 1},
+    "greso": {"when_short": "train", "max_rounds": 1},
+    "pilot_commit": {"when_short": "train", "max_rounds": 1},
+    "vigor": {"rounds": 2},  # 4 prompts x 2 rollouts, then 2 x 4: the P x n = 16 of the budget
+    "hora": {"probe_rollouts": 2},
+}
+
+
+@pytest.mark.parametrize("strategy", list(ALLOCATION_STRATEGIES))
 def test_a_run_writes_the_step_record_then_documented_counters(tmp_path, strategy):
-    rounds = {strategy: {"when_short": "train", "max_rounds": 1}} if strategy != "uniform" else {}
-    settings = tiny_run(tmp_path / "run", allocation={"strategy": strategy, **rounds}, budget={"max_steps": 1})
+    assert strategy in ONE_STEP_SETTINGS, f"add {strategy!r} to ONE_STEP_SETTINGS"
+    section = {strategy: ONE_STEP_SETTINGS[strategy]} if ONE_STEP_SETTINGS[strategy] else {}
+    settings = tiny_run(tmp_path / "run", allocation={"strategy": strategy, **section}, budget={"max_steps": 1})
     train(config_from_dict(settings), progress=False)
     (line,) = read_lines(tmp_path / "run" / "train_log.jsonl")
     fields, counters = documented_train_log_fields()
@@ -66,6 +82,11 @@ def test_a_run_writes_the_step_record_then_documented_counters(tmp_path, strateg
     assert keys[: len(StepRecord.field_names())] == StepRecord.field_names()
     extra = keys[len(StepRecord.field_names()) :]
     assert extra and set(extra) <= set(counters), extra
+    assert f"`{strategy}`" in allocation_row(), "the `allocation` row names every strategy"
+
+
+def allocation_row() -> str:
+    return next(line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| `allocation` |"))
 
 
 def test_the_planner_reads_fields_the_step_record_has():

@@ -79,6 +79,8 @@ class StepWitness:
                     "rows_per_prompt": {},
                     "generated": [],  # (prompt length, [completion lengths]) of each group generated
                     "trained_lengths": [],  # prompt + completion tokens of each sequence trained
+                    "sampled": [],  # (prompt ids, completion ids) of each completion generated
+                    "trained": [],  # (prompt ids, completion ids) of each sequence trained
                 }
             )
             inside.append(True)
@@ -93,6 +95,11 @@ class StepWitness:
                 step = self.steps[-1]
                 step["rollouts"] += sum(len(group) for group in rollouts.completion_ids)
                 step["generated_tokens"] += sum(len(c) for group in rollouts.completion_ids for c in group)
+                step["sampled"] += [
+                    (tuple(p), tuple(c))
+                    for p, group in zip(rollouts.prompt_ids, rollouts.completion_ids)
+                    for c in group
+                ]
                 step["generated"] += [
                     (len(p), [len(c) for c in group]) for p, group in zip(rollouts.prompt_ids, rollouts.completion_ids)
                 ]
@@ -103,6 +110,7 @@ class StepWitness:
             step["trained_rows"] += len(sequences)
             step["trained_tokens"] += sum(len(s.completion_ids) for s in sequences)
             step["trained_lengths"] += [len(s.prompt_ids) + len(s.completion_ids) for s in sequences]
+            step["trained"] += [(tuple(s.prompt_ids), tuple(s.completion_ids)) for s in sequences]
             for s in sequences:
                 key = tuple(s.prompt_ids)
                 step["rows_per_prompt"][key] = step["rows_per_prompt"].get(key, 0) + 1

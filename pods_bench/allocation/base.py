@@ -48,23 +48,39 @@ class AllocationStrategy(ABC):
 
 
 class GrowingGroups:
-    """A step's groups grown round by round (VIGOR, HORA): this process's groups by prompt, each
-    prompt's later rollouts sampled on the process that holds its first ones, so a group stays whole."""
+    """A step's groups grown round by round (VIGOR, HORA), one group per slot of the step's draw
+    (its position in the drawn list), not per prompt id: a draw that crosses an epoch boundary can
+    hold one prompt twice, and each of its slots is then a group of its own. A slot's later rollouts
+    are sampled on the process that holds its first ones, so a group stays whole.
 
-    def __init__(self, local: Groups, everyone: list[Graded]):
-        self.mine = {p: local.rows([i]) for i, p in enumerate(local.prompt)}
-        self.owner = {g.prompt: g.owner for g in everyone}
+    `prompts` is the step's draw and (`local`, `everyone`) the first sampling call's answer for it,
+    made with the default contiguous shares, so `everyone` is in the order of `prompts`."""
 
-    def add(self, sampler: RolloutSampler, prompts: list[int], k: int) -> list[Graded]:
-        """k more rollouts of each of `prompts`, joined to their groups; every process's outcomes."""
-        more, graded = sampler.sample(prompts, k, owners=[self.owner[p] for p in prompts])
-        for i, p in enumerate(more.prompt):
-            self.mine[p] = self.mine[p].join(more.rows([i]))
+    def __init__(self, sampler: RolloutSampler, prompts: list[int], local: Groups, everyone: list[Graded]):
+        if [g.prompt for g in everyone] != list(prompts):
+            raise ValueError("GrowingGroups: the graded groups are not those of the draw, in its order")
+        self.prompts, self.rank = list(prompts), sampler.rank
+        self.owner = [g.owner for g in everyone]  # slot -> the process that holds its rollouts
+        self.mine = {s: local.rows([row]) for row, s in enumerate(self._held_here(range(len(prompts))))}
+
+    def _held_here(self, slots) -> list[int]:
+        """The slots among `slots` this process holds, in that order (its rows of a sampling call's Groups)."""
+        return [s for s in slots if self.owner[s] == self.rank]
+
+    def add(self, sampler: RolloutSampler, slots: list[int], k: int) -> list[Graded]:
+        """k more rollouts of the groups at `slots` (in draw order), joined to them; every process's
+        outcomes, in the order of `slots`."""
+        prompts = [self.prompts[s] for s in slots]
+        more, graded = sampler.sample(prompts, k, owners=[self.owner[s] for s in slots])
+        if [g.prompt for g in graded] != prompts:
+            raise ValueError("GrowingGroups: the graded groups are not those asked for, in that order")
+        for row, s in enumerate(self._held_here(slots)):
+            self.mine[s] = self.mine[s].join(more.rows([row]))
         return graded
 
-    def batch(self, prompts: list[int]) -> Groups:
-        """This process's groups, in the order of `prompts`."""
-        return Groups.concat([self.mine[p] for p in prompts if p in self.mine])
+    def batch(self) -> Groups:
+        """This process's groups, in the order drawn."""
+        return Groups.concat([self.mine[s] for s in sorted(self.mine)])
 
 
 @dataclass

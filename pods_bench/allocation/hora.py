@@ -15,7 +15,8 @@ Per step, for the next P prompts:
 Worked case (tests/test_allocation.py): G0 = 4, posteriors Beta(1, 5), Beta(3, 3), Beta(5, 1) and 12
 extra rollouts give (6, 4, 2).
 
-Choices of ours (labelled, not the paper's): equal utilities go to the prompt drawn first; the extra
+Choices of ours (labelled, not the paper's): equal utilities go to the prompt drawn first (the
+utilities are compared as exact fractions, so equal ones are equal); the extra
 rollouts of the prompts that get the same number are sampled in one call; correctness (not the
 shaped reward) counts as a hit.
 """
@@ -23,8 +24,8 @@ shaped reward) counts as a hit.
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, require
 from pods_bench.sampling import Groups, RolloutSampler
@@ -37,23 +38,35 @@ class HoraConfig:
     probe_rollouts: int = 4  # G0
 
 
-def hit_utility(a: float, b: float, extra: int) -> float:
-    """E[p (1 - p)^extra] for p ~ Beta(a, b): B(a + 1, b + extra) / B(a, b), through log-gamma."""
-    log_beta = lambda x, y: math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
-    return math.exp(log_beta(a + 1, b + extra) - log_beta(a, b))
+def hit_utility(a: int, b: int, extra: int) -> Fraction:
+    """E[p (1 - p)^extra] for p ~ Beta(a, b), a and b whole numbers (the posteriors' always are), as
+    an exact fraction: B(a + 1, b + extra) / B(a, b) = a / (a + b) x prod_{j < extra} (b + j) / (a + b + 1 + j)
+    (from B(x, y + 1) = B(x, y) y / (x + y)).
+
+    Exact, not floating point: equal utilities must compare equal so that the documented tie rule (the
+    prompt drawn first) decides between them. Through log-gamma, B(1, 3)'s third marginal and B(2, 2)'s
+    third (both exactly 1/10) came out 0.0999...9 and 0.0999...98, and rounding gave the later prompt the
+    rollout; a tolerance would instead call unequal utilities equal."""
+    utility = Fraction(a, a + b)
+    for j in range(extra):
+        utility *= Fraction(b + j, a + b + 1 + j)
+    return utility
 
 
 def allocate(successes: list[int], probes: int, extra: int) -> list[int]:
     """Extra rollouts per prompt: `extra` of them, greedily by marginal hit utility under
-    Beta(1 + s, 1 + probes - s); equal utilities to the earlier prompt."""
+    Beta(1 + s, 1 + probes - s), compared exactly; equal utilities to the earlier prompt."""
     given = [0] * len(successes)
     posterior = [(1 + s, 1 + probes - s) for s in successes]
-    heap = [(-hit_utility(a, b, 0), i) for i, (a, b) in enumerate(posterior)]
+    utility = [hit_utility(a, b, 0) for a, b in posterior]  # of each prompt's next extra rollout
+    heap = [(-u, i) for i, u in enumerate(utility)]
     heapq.heapify(heap)
     for _ in range(extra if successes else 0):
         _, i = heapq.heappop(heap)
+        a, b = posterior[i]
+        utility[i] *= Fraction(b + given[i], a + b + 1 + given[i])  # hit_utility(a, b, given[i] + 1)
         given[i] += 1
-        heapq.heappush(heap, (-hit_utility(*posterior[i], given[i]), i))
+        heapq.heappush(heap, (-utility[i], i))
     return given
 
 
@@ -75,13 +88,13 @@ class Hora(AllocationStrategy):
         prompts = sampler.draw(self.cfg.prompts_per_step)
         local, everyone = sampler.sample(prompts, g0)
         extra = allocate([round(sum(g.correct)) for g in everyone], g0, len(prompts) * (n - g0))
-        groups = GrowingGroups(local, everyone)
+        groups = GrowingGroups(sampler, prompts, local, everyone)  # by slot: a draw can repeat a prompt
         stats = {"rounds": 1, "groups_sampled": len(everyone)}
         for k in sorted(set(extra) - {0}):
-            chosen = [p for p, e in zip(prompts, extra) if e == k]
+            chosen = [s for s, e in enumerate(extra) if e == k]
             groups.add(sampler, chosen, k)
             stats["rounds"] += 1
             stats["groups_sampled"] += len(chosen)
         sizes = [g0 + e for e in extra]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))
-        return groups.batch(prompts), stats
+        return groups.batch(), stats

@@ -15,7 +15,8 @@ which `check_config` holds it to.
 
 Choices of ours (labelled, not the paper's): the active count of the next round is
 ceil(alpha x active); variance is the population variance of the prompt's rewards so far; equal
-variances go to the prompt drawn first. Later rounds sample a prompt on the process that holds its
+variances go to the prompt drawn first; each slot of the draw is a group of its own (a draw that
+crosses an epoch boundary can hold one prompt twice). Later rounds sample a prompt on the process that holds its
 earlier rollouts, so each group's rollouts stay together.
 """
 
@@ -75,21 +76,21 @@ class Vigor(AllocationStrategy):
         prompts = sampler.draw(self.cfg.prompts_per_step)
         plan = self.settings.schedule(len(prompts))
         local, everyone = sampler.sample(prompts, plan[0][1])
-        groups = GrowingGroups(local, everyone)
-        rewards = {g.prompt: list(g.rewards) for g in everyone}  # every process: every prompt's rewards
-        active = list(prompts)
+        # groups by slot (position in the draw): a draw across an epoch boundary can repeat a prompt
+        groups = GrowingGroups(sampler, prompts, local, everyone)
+        rewards = [list(g.rewards) for g in everyone]  # every process: every slot's rewards so far
+        active = list(range(len(prompts)))
         stats = {"rounds": 1, "groups_sampled": len(everyone)}
         for count, k in plan[1:]:
-            # the `count` active prompts whose rewards so far vary most (ties: the one drawn first)
-            kept = set(sorted(active, key=lambda p: (-float(np.var(rewards[p])), prompts.index(p)))[:count])
-            active = [p for p in prompts if p in kept]  # in the order drawn
-            for g in groups.add(sampler, active, k):
-                rewards[g.prompt] += g.rewards
+            # the `count` active slots whose rewards so far vary most (ties: the one drawn first)
+            active = sorted(sorted(active, key=lambda s: (-float(np.var(rewards[s])), s))[:count])
+            for s, g in zip(active, groups.add(sampler, active, k)):
+                rewards[s] += g.rewards
             stats["rounds"] += 1
             stats["groups_sampled"] += len(active)
-        sizes = [len(rewards[p]) for p in prompts]
+        sizes = [len(r) for r in rewards]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))
-        return groups.batch(prompts), stats
+        return groups.batch(), stats
 
     @property
     def settings(self) -> VigorConfig:
