@@ -46,6 +46,7 @@ from pods_bench.io import append_jsonl, locked, read_jsonl
 from pods_bench.rewards import RewardFunction, extract_answer, format_correct, gold_texts
 from pods_bench.run_dir import EVAL_LOCK, EVAL_LOG, read_run_json
 from pods_bench.sampling import derived_seed
+from pods_bench.sharding import broadcast_object
 from pods_bench.tasks import load_problems
 from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
 
@@ -112,13 +113,7 @@ class Share:
 
     def broadcast(self, value):
         """Rank 0's `value` on every process. A collective call."""
-        if self.world == 1:
-            return value
-        import torch.distributed as dist
-
-        box = [value]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+        return value if self.world == 1 else broadcast_object(value)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from pathlib import Path
 from pods_bench import run_info
 from pods_bench import train as T
 from pods_bench.config import config_from_dict
+from pods_bench.cuda_memory import configure_allocator
 from pods_bench.engines.hf import HFEngine, start_hf_engine
 from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import Experiment, hardware_setup, resolve_runs
@@ -954,6 +955,10 @@ def generate_markdown(row: dict | None) -> list[str]:
 def gpu_check(out, device: str = "auto") -> dict:
     import torch
 
+    # the allocator as the training and evaluation jobs run it (expandable segments unless the user
+    # set one), so that the reserved peaks measured here are the ones a run would see
+    allocator = configure_allocator()
+
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -970,6 +975,7 @@ def gpu_check(out, device: str = "auto") -> dict:
         "hardware_setup": setup,
         "capacity_gib": round(hardware["accelerator"]["memory_gib"], 2),
         "hardware": run_info.hardware(),
+        "cuda_allocator": allocator,
         "packages": run_info.package_versions(),
         "shapes": s,
         "complete": False,
