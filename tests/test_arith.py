@@ -146,3 +146,30 @@ def test_arith_mix_has_longer_chains_within_the_strategies_completion_limit():
     tokenizer = build_char_tokenizer()
     longest = max(len(ids) + 1 for ids in tokenizer([p.solution for p in test + train[:2000]])["input_ids"])
     assert longest <= settings["sampling"]["max_new_tokens"] == settings["eval"]["max_new_tokens"]
+
+
+def solve_from_sentences(question: str) -> int:
+    """An independent reading of an `arith-words` question: one sentence a step."""
+    m = re.fullmatch(r"([A-Z][a-z]+) has (\d+) ([a-z]+)\. (.*) How many \3 does \1 have now\?", question)
+    assert m, question
+    value = int(m.group(2))
+    for sentence in re.findall(r"Then [^.]*\.", m.group(4)):
+        if sentence.endswith("doubles.") or sentence.endswith("triples."):
+            value *= 2 if sentence.endswith("doubles.") else 3
+        else:
+            b = int(re.search(r"\d+", sentence).group())
+            value = value + b if " buys " in sentence else value - b
+    return value
+
+
+def test_arith_words_says_the_same_chains_in_sentences():
+    """`arith-words` (the real-model task, docs/real-model.md): one or two steps, full sentences,
+    and answers that an independent reading of the sentences recomputes."""
+    test = get_task("arith-words").load("test")
+    assert {len(re.findall(r"Then ", p.question)) for p in test} == {1, 2}
+    assert all(solve_from_sentences(p.question) == int(p.gold) for p in test)
+    # held out by computation, as `arith`: no test chain's worked computation is ever trained on
+    train = get_task("arith-words").load("train")
+    assert not {think_of(p.solution) for p in train} & {think_of(p.solution) for p in test}
+    with pytest.raises(PodsBenchError, match="phrasing must be 'terse' or 'sentences', got 'verse'"):
+        ArithTask(phrasing="verse")

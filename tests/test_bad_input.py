@@ -331,7 +331,7 @@ CASES = [
         "unknown task",
         train_config(),
         TRAIN + " --set task.name=gsm9k",
-        "pods-bench: error: config key task.name: unknown task 'gsm9k' (known: amc23, arith, arith-mix, gsm8k, math, math500)",
+        "pods-bench: error: config key task.name: unknown task 'gsm9k' (known: amc23, arith, arith-mix, arith-words, gsm8k, math, math500)",
         NO_RUN,
     ),
     # -- the trainer's data, model and run folder
@@ -563,7 +563,8 @@ CASES = [
         "experiment config: unknown training benchmark",
         workflow_config(top(benchmark="gsm9k")),
         DRY_RUN,
-        WORKFLOW + "config key benchmark: unknown task 'gsm9k' (known: amc23, arith, arith-mix, gsm8k, math, math500)",
+        WORKFLOW
+        + "config key benchmark: unknown task 'gsm9k' (known: amc23, arith, arith-mix, arith-words, gsm8k, math, math500)",
         NO_RESULTS,
     ),
     Case(
@@ -571,7 +572,7 @@ CASES = [
         workflow_config(top(eval_benchmarks=["arith", "gsm9k"])),
         DRY_RUN,
         WORKFLOW
-        + "config key eval_benchmarks[1]: unknown task 'gsm9k' (known: amc23, arith, arith-mix, gsm8k, math, math500)",
+        + "config key eval_benchmarks[1]: unknown task 'gsm9k' (known: amc23, arith, arith-mix, arith-words, gsm8k, math, math500)",
         NO_RESULTS,
     ),
     Case(

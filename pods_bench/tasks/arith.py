@@ -11,7 +11,10 @@ the same `<think>`/`<answer>` format as the real tasks:
 Every character is a decoding step for the character-level model, so questions and worked
 solutions are kept short. A problem is a chain of one to three steps (+, -, x2/x3) on one-digit
 operands; every intermediate value stays in 0..max_value. `arith-mix` (chains of two to five steps)
-is the harder mix the allocation strategies are compared on.
+is the harder mix the allocation strategies are compared on. `arith-words` (one or two steps) says
+the same chains in full English sentences, for a real pretrained model (docs/real-model.md):
+
+    question  "Ann has 3 pens. Then Ann buys 4 more pens. How many pens does Ann have now?"
 
 Splits are disjoint by arithmetic: a chain (its worked `think` string) belongs to the test split iff
 a stable hash of it falls in the test share, so no test computation is ever trained on, whatever
@@ -38,6 +41,8 @@ ITEMS = ("pens", "cats", "eggs", "cups", "hats", "toys", "bags", "jars")
 ADD_WORDS = ("gets {b}", "buys {b}", "finds {b}")
 SUB_WORDS = ("loses {b}", "sells {b}", "uses {b}")
 MUL_WORDS = {2: "doubles", 3: "triples"}
+# phrasing "sentences": one English sentence a step, as a chat model expects a word problem
+SENTENCES = {"+": "Then {name} buys {b} more {item}.", "-": "Then {name} gives away {b} {item}."}
 APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 TEST_SEED = 1_000_003  # the test split never depends on the task's seed
@@ -88,6 +93,7 @@ class ArithTask(Task):
     max_operand: int = 9
     max_value: int = 99  # every running value stays in 0..max_value (answers have <= 2 digits)
     test_share: float = 0.2  # share of all chains held out for the test split
+    phrasing: str = "terse"  # "terse" (few characters) or "sentences" (full English, for real models)
 
     def __post_init__(self):
         for key in ("train_size", "test_size", "min_steps", "max_steps", "max_operand"):
@@ -101,6 +107,8 @@ class ArithTask(Task):
             raise PodsBenchError(
                 f"task {self.name!r}: max_value must be > max_operand ({self.max_operand}), got {self.max_value}"
             )
+        if self.phrasing not in ("terse", "sentences"):
+            raise PodsBenchError(f"task {self.name!r}: phrasing must be 'terse' or 'sentences', got {self.phrasing!r}")
         if not 0 < self.test_share < 1:
             raise PodsBenchError(f"task {self.name!r}: test_share must be in (0, 1), got {self.test_share}")
 
@@ -136,6 +144,16 @@ class ArithTask(Task):
         return "test" if int.from_bytes(digest[:8], "big") < self.test_share * 2**64 else "train"
 
     def question(self, chain: Chain, rng: random.Random) -> str:
+        if self.phrasing == "sentences":
+            name, item = rng.choice(NAMES), rng.choice(ITEMS)
+            said = [f"{name} has {chain.start} {item}."]
+            for op, b in chain.steps:
+                said.append(
+                    f"Then the number of {item} {MUL_WORDS[b]}."
+                    if op == "*"
+                    else SENTENCES[op].format(name=name, b=b, item=item)
+                )
+            return " ".join(said + [f"How many {item} does {name} have now?"])
         words = {"+": ADD_WORDS, "-": SUB_WORDS}
         clauses = [MUL_WORDS[b] if op == "*" else rng.choice(words[op]).format(b=b) for op, b in chain.steps]
         return f"{rng.choice(NAMES)} has {chain.start} {rng.choice(ITEMS)}, {', '.join(clauses)}. How many?"
@@ -175,3 +193,6 @@ register_task(ArithTask())
 # all wrong and the rest spread over the pass rates. Its solutions are at most 44 tokens;
 # config/strategies.yaml trains on the first 64 problems (task.limit), so that prompts come back.
 register_task(ArithTask(name="arith-mix", min_steps=2, max_steps=5))
+# The real-model replication's task (config/smollm2_arith.yaml): SmolLM2-135M-Instruct answers ~14 %
+# of these right at the start, and about half of 8-rollout groups are mixed (docs/real-model.md).
+register_task(ArithTask(name="arith-words", min_steps=1, max_steps=2, phrasing="sentences"))
