@@ -162,7 +162,7 @@ def solve_from_sentences(question: str) -> int:
     return value
 
 
-def test_arith_words_says_the_same_chains_in_sentences():
+def test_arith_words_phrases_its_chains_in_sentences():
     """`arith-words` (the real-model task, docs/real-model.md): one or two steps, full sentences,
     and answers that an independent reading of the sentences recomputes."""
     test = get_task("arith-words").load("test")

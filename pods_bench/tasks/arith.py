@@ -43,6 +43,7 @@ SUB_WORDS = ("loses {b}", "sells {b}", "uses {b}")
 MUL_WORDS = {2: "doubles", 3: "triples"}
 # phrasing "sentences": one English sentence a step, as a chat model expects a word problem
 SENTENCES = {"+": "Then {name} buys {b} more {item}.", "-": "Then {name} gives away {b} {item}."}
+PHRASINGS = ("terse", "sentences")
 APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 TEST_SEED = 1_000_003  # the test split never depends on the task's seed
@@ -107,8 +108,10 @@ class ArithTask(Task):
             raise PodsBenchError(
                 f"task {self.name!r}: max_value must be > max_operand ({self.max_operand}), got {self.max_value}"
             )
-        if self.phrasing not in ("terse", "sentences"):
-            raise PodsBenchError(f"task {self.name!r}: phrasing must be 'terse' or 'sentences', got {self.phrasing!r}")
+        if self.phrasing not in PHRASINGS:
+            raise PodsBenchError(
+                f"task {self.name!r}: phrasing must be {' or '.join(map(repr, PHRASINGS))}, got {self.phrasing!r}"
+            )
         if not 0 < self.test_share < 1:
             raise PodsBenchError(f"task {self.name!r}: test_share must be in (0, 1), got {self.test_share}")
 
@@ -193,6 +196,6 @@ register_task(ArithTask())
 # all wrong and the rest spread over the pass rates. Its solutions are at most 44 tokens;
 # config/strategies.yaml trains on the first 64 problems (task.limit), so that prompts come back.
 register_task(ArithTask(name="arith-mix", min_steps=2, max_steps=5))
-# The real-model replication's task (config/smollm2_arith.yaml): SmolLM2-135M-Instruct answers ~14 %
-# of these right at the start, and about half of 8-rollout groups are mixed (docs/real-model.md).
+# The real-model task (docs/real-model.md): SmolLM2-135M-Instruct answers ~14 %
+# of these right at the start, and about 40 % of 8-rollout groups are mixed.
 register_task(ArithTask(name="arith-words", min_steps=1, max_steps=2, phrasing="sentences"))
