@@ -158,6 +158,11 @@ def _analysis_arguments(p: argparse.ArgumentParser, out: str) -> None:
 def _aggregate(p: argparse.ArgumentParser):
     _analysis_arguments(p, out="results")
     p.add_argument("--bootstrap", type=int, default=9999, help="bootstrap resamples (0: no CIs)")
+    p.add_argument(
+        "--target",
+        type=float,
+        help="fixed target accuracy of the MLPerf-style table mlperf.md (from `pods-bench target`; default: none)",
+    )
 
     def handler(args):
         from pods_bench.analysis import commands
@@ -175,6 +180,24 @@ def _plot(p: argparse.ArgumentParser):
         from pods_bench.analysis import commands
 
         return commands.cli_plot(args)
+
+    p.set_defaults(_handler=handler)
+
+
+@subcommand(
+    "target", "the fixed target of an MLPerf-style comparison, from reference runs of the baseline (their knee)"
+)
+def _target(p: argparse.ArgumentParser):
+    p.add_argument("path", help="an experiment folder (results/<experiment>) holding the reference runs")
+    p.add_argument("--arm", help="the reference arm (default: the experiment's GRPO arm)")
+    p.add_argument("--seeds", type=int, nargs="+", help="the reference runs' seeds (default: all of the arm's)")
+    p.add_argument("--benchmark", help="benchmark (default: the experiment's)")
+    p.add_argument("--metric", default="answer_acc", help="answer_acc, both_acc or format_acc (default answer_acc)")
+
+    def handler(args):
+        from pods_bench.analysis import commands
+
+        return commands.cli_target(args)
 
     p.set_defaults(_handler=handler)
 

@@ -88,6 +88,9 @@ class AnalysisChoices:
     metric: Literal["answer_acc", "format_acc", "both_acc"] | None = None
     q: float | None = None  # the threshold is q x the baseline's peak accuracy
     bootstrap: int | None = None  # bootstrap resamples of the confidence intervals (aggregate only)
+    # the fixed target of the MLPerf-style table (aggregate only), derived before the runs from
+    # separate baseline seeds with `pods-bench target` (pods_bench/analysis/time_to_target.py)
+    target: float | None = None
 
 
 @dataclass

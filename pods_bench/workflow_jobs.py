@@ -64,7 +64,7 @@ def set_flags(items) -> str:
 def analysis_options(analysis: AnalysisChoices, command: str) -> str:
     """The `analysis` settings the config gives, as options of `pods-bench aggregate` or `plot`
     (the analysis chooses the others)."""
-    keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap"] if command == "aggregate" else [])
+    keys = ["baseline", "benchmark", "metric", "q"] + (["bootstrap", "target"] if command == "aggregate" else [])
     given = {key: getattr(analysis, key) for key in keys if getattr(analysis, key) is not None}
     return " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in given.items())
 

@@ -15,6 +15,8 @@ import sys
 from pods_bench.analysis.figures import plot_experiment
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.tables import AnalysisOptions, format_speedup, format_time, summarize, write_summary
+from pods_bench.analysis.time_to_target import knee_target
+from pods_bench.errors import PodsBenchError
 
 
 def _summaries(args, n_bootstrap: int):
@@ -28,6 +30,7 @@ def _summaries(args, n_bootstrap: int):
         metric=args.metric,
         n_bootstrap=n_bootstrap,
         seed=args.seed,
+        target=getattr(args, "target", None),
     )
     # every experiment is summarised before anything is written, so that bad input for one of them
     # (say, a --baseline it lacks) fails the command without leaving the others' files rewritten
@@ -51,6 +54,24 @@ def cli_aggregate(args) -> int:
         _report(summary)
         for path in write_summary(summary, args.out):
             print(f"  wrote {path}")
+    return 0
+
+
+def cli_target(args) -> int:
+    experiments, warnings = load_experiments(args.path, kind="runs")
+    for warning in warnings:
+        print(f"pods-bench: warning: {warning}", file=sys.stderr)
+    if len(experiments) != 1:
+        raise PodsBenchError(f"{args.path}: {len(experiments)} experiments; give the folder of one (results/<name>)")
+    exp = experiments[0]
+    arm, benchmark, metric = exp.resolve(args.arm, args.benchmark, args.metric)
+    target = knee_target(exp, arm, benchmark, metric, args.seeds)
+    print(
+        f"{exp.name}: {arm}, seeds {list(target.reference_seeds)}, {benchmark} {metric}: knee at "
+        f"{target.knee_time_s:.0f} s, mean curve at the next checkpoint ({target.at_time_s:.0f} s)"
+        + (", lowered to the lowest reference peak" if target.capped else "")
+    )
+    print(f"analysis: {{target: {target.value:.4f}}}")
     return 0
 
 

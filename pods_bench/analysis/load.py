@@ -205,6 +205,9 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
                 raw_time_s=float(r["train_time_s"]),
                 benchmark=str(r["benchmark"]),
                 n_problems=int(r["n_problems"]),
+                eval_time_s=np.nan
+                if r.get("eval_time_s") is None
+                else float(r["eval_time_s"]),  # logs written before it was recorded: NaN
             )
             base.update(zip((f"raw_{axis}" for axis in COST_AXES), spent.get(base["step"], (np.nan,) * 3)))
         except (KeyError, TypeError, ValueError) as e:

@@ -13,6 +13,10 @@
                  "time" column is then completions (tokens, FLOPs) spent, so `speedup` is the
                  baseline's rollouts to reach the threshold over the arm's; empty (header only) for
                  the published logs, which do not count them
+- mlperf.csv / mlperf.md  time to the fixed target `analysis.target` under MLPerf Training's rules
+                 (time_to_target.py): per arm the mean of the runs' times without the fastest and the
+                 slowest, evaluation on the clock and its share, and the interquartile mean with a
+                 bootstrap interval; header only (the .md says why) when no target is fixed
 - cost.md        the cost axes for reading: per axis and arm, the baseline's cost to reach T over the
                  arm's with crossings interpolated between checkpoints (the headline on these
                  axes: a checkpoint's grid step is a whole step's rollouts, more for the arms that
@@ -32,6 +36,7 @@ import scipy.stats
 
 from pods_bench.analysis.speedup import GAIN_FRACTIONS, compare_arms
 from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, Experiment
+from pods_bench.analysis.time_to_target import MLPERF_COLUMNS, mlperf_table
 from pods_bench.io import atomic_write_text, atomic_write_with
 
 # what `aggregate` writes to <out>/<experiment>/summary/ (the outputs a workflow rule declares)
@@ -43,6 +48,8 @@ SUMMARY_FILES = (
     "speedups.tex",
     "cost.csv",
     "cost.md",
+    "mlperf.csv",
+    "mlperf.md",
     "verdict.md",
 )
 UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
@@ -57,6 +64,7 @@ class AnalysisOptions:
     metric: str | None = None  # default: answer_acc (both_acc for the published Llama runs)
     n_bootstrap: int = 9999
     seed: int = 0
+    target: float | None = None  # the fixed target of the MLPerf-style table (`pods-bench target`)
 
 
 @dataclass
@@ -69,6 +77,7 @@ class Summary:
     speedups: pd.DataFrame
     curves: pd.DataFrame
     cost: pd.DataFrame  # speedups' columns on the cost axes, with `axis` first (empty without them)
+    mlperf: pd.DataFrame  # time_to_target.MLPERF_COLUMNS (empty without options.target)
 
     @property
     def time_unit(self) -> str:
@@ -81,7 +90,14 @@ def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), pro
         compare_arms, exp, baseline, benchmark, metric, q=options.q, n_bootstrap=options.n_bootstrap, seed=options.seed
     )
     speedups = compare(progress=progress)
-    return Summary(exp, baseline, benchmark, metric, options, speedups, curve_table(exp), cost_table(exp, compare))
+    mlperf = (
+        pd.DataFrame(columns=MLPERF_COLUMNS)
+        if options.target is None
+        else mlperf_table(exp, baseline, benchmark, metric, options.target, options.n_bootstrap, options.seed)
+    )
+    return Summary(
+        exp, baseline, benchmark, metric, options, speedups, curve_table(exp), cost_table(exp, compare), mlperf
+    )
 
 
 def cost_table(exp: Experiment, compare) -> pd.DataFrame:
@@ -130,6 +146,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
         "curves.csv": summary.curves,
         "step_times.csv": summary.experiment.step_times,
         "cost.csv": summary.cost,
+        "mlperf.csv": summary.mlperf,
     }
     paths = []
     for name, table in tables.items():
@@ -137,6 +154,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
         paths.append(folder / name)
     texts = {"speedups.md": markdown_table(summary), "speedups.tex": latex_table(summary)}
     texts["cost.md"] = cost_markdown(summary)
+    texts["mlperf.md"] = mlperf_markdown(summary)
     texts["verdict.md"] = "\n\n".join(verdict_lines(summary)) + "\n"
     for name, text in texts.items():
         atomic_write_text(folder / name, text)
@@ -372,4 +390,43 @@ def latex_table(summary: Summary) -> str:
         caption=text,
         label=f"tab:{summary.experiment.name}",
         column_format="l" + "r" * (table.shape[1] - 1),
+    )
+
+
+def mlperf_markdown(summary: Summary) -> str:
+    """mlperf.csv for reading, with what the convention is and where the target came from."""
+    head = f"# Time to a fixed target, MLPerf Training's rules ({summary.benchmark} {summary.metric})\n\n"
+    if summary.options.target is None:
+        return head + (
+            "No target fixed: set `analysis.target` in the experiment config to a value derived before the "
+            "runs from separate baseline seeds (`pods-bench target <reference runs> --arm <baseline>`).\n"
+        )
+    unit, m = summary.time_unit, summary.mlperf
+    rows = [
+        {
+            "arm": r["arm"] + (" (baseline)" if r["is_baseline"] else ""),
+            "runs": f"{r['n_runs']} ({r['n_failed']} missed)",
+            "MLPerf time (drop fastest + slowest)": format_time(r["olympic_time_s"], unit)
+            if r["valid"]
+            else "invalid (> 1 run missed)",
+            "of it evaluation": "" if pd.isna(r["eval_share"]) else f"{r['eval_share'] * 100:.0f} %",
+            "MLPerf speedup": "" if pd.isna(r["olympic_speedup"]) else f"{r['olympic_speedup']:.2f}x",
+            "IQM time [95 % CI]": format_time(r["iqm_time_s"], unit)
+            + (
+                ""
+                if pd.isna(r["iqm_ci_low_s"])
+                else f" [{format_time(r['iqm_ci_low_s'], unit)}, {format_time(r['iqm_ci_high_s'], unit)}]"
+            ),
+            "IQM speedup": "" if pd.isna(r["iqm_speedup"]) else f"{r['iqm_speedup']:.2f}x",
+        }
+        for _, r in m.iterrows()
+    ]
+    return (
+        head + f"Target {summary.options.target * 100:.2f} % (analysis.target; MLPerf fixes it before the timed "
+        "runs, from reference runs). A run's time is its training clock at the first checkpoint at or above "
+        "the target plus every evaluation up to it (MLPerf keeps evaluation on the clock); a run that never reaches the target counts as the slowest, and more than "
+        "one such run invalidates the arm's result. IQM: the interquartile mean of the runs' times, "
+        'percentile-bootstrap interval over runs ("never": an infinite time inside it).\n\n'
+        + pd.DataFrame(rows).to_markdown(index=False)
+        + "\n"
     )

@@ -4,7 +4,8 @@ An `Experiment` is a set of arms (GRPO, PODS with some n, m and rule, ...) train
 the same hardware, each with one or more seeds. Its evaluations form a tidy table, one row per
 (arm, seed, checkpoint, benchmark, metric):
 
-    experiment, arm, seed, time_s, raw_time_s, step, benchmark, metric, value, n_repeats, n_problems
+    experiment, arm, seed, time_s, raw_time_s, step, benchmark, metric, value, n_repeats, n_problems,
+    rollouts, tokens, flops, eval_time_s
 
 - `value` is the mean over the evaluation repeats of that checkpoint (`n_repeats` of them, each on
   `n_problems` problems), so accuracies are fractions in [0, 1] and `mean_length` is in tokens.
@@ -15,6 +16,8 @@ the same hardware, each with one or more seeds. Its evaluations form a tidy tabl
 - `rollouts`, `tokens`: completions and completion tokens generated up to the checkpoint (pilots,
   refill rounds and dropped groups included), on the arm's common grid like `time_s`: the cost axes
   on which allocation strategies are compared (NaN for the published logs).
+- `eval_time_s`: seconds the checkpoint's evaluation on that benchmark took (the training clock is
+  paused meanwhile; time_to_target.py puts it back on the clock; NaN for the published logs).
 
 Seconds per training step are a second table, one row per (arm, seed, phase); phase `total` is
 always present, own runs add generation / rewards / selection / update / sync / other.
@@ -45,6 +48,7 @@ EVAL_COLUMNS = [
     "rollouts",
     "tokens",
     "flops",
+    "eval_time_s",
 ]
 # x-axes an arm's curve can be read on: the training clock, and what the run spent up to the
 # checkpoint (cumulative rollouts, completion tokens and FLOPs of every phase, pods_bench/flops.py;

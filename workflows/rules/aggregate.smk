@@ -46,6 +46,13 @@ rule aggregate:
             category="Tables",
             labels={"table": "rollouts, tokens and FLOPs to the threshold"},
         ),
+        f"{SUMMARY_DIR}/mlperf.csv",
+        report(
+            f"{SUMMARY_DIR}/mlperf.md",
+            caption="../report/mlperf.rst",
+            category="Tables",
+            labels={"table": "time to a fixed target (MLPerf rules)"},
+        ),
     params:
         options=jobs.analysis_options(EXPERIMENT.analysis, "aggregate"),
     log:
