@@ -4,6 +4,7 @@
 #   make test-slurm  profiles/slurm on a one-node SLURM started here (root; part of `make test`)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
 #   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~1 h on 2 cores)
+#   make real-model  GRPO vs GRPO-PODS with SmolLM2-135M-Instruct on CPU (docs/real-model.md; ~2 h on 2 cores)
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
 #   make cost-model  the step-time model fitted on two smoke arms, checked on seven held out (docs/cost-model.md)
 #   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
@@ -28,7 +29,7 @@ export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
 CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
 remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke strategies cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke real-model strategies cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
 
 venv: $(VENV)/.installed
 
@@ -97,6 +98,13 @@ cost-model: venv
 	$(BIN)/pods-bench profile config/cost_model.yaml --fit grpo_n16_m16,pods_n64_m8 --steps 12 --rounds 3 --out $(COST_MODEL_OUT)
 	mkdir -p docs/cost-model-results
 	cp $(COST_MODEL_OUT)/validation.csv $(COST_MODEL_OUT)/validation.md $(COST_MODEL_OUT)/step_time_model.json docs/cost-model-results/
+
+# The real-model replication on CPU (docs/real-model.md): SmolLM2-135M-Instruct, GRPO vs GRPO-PODS on
+# arith-words, 4 seeds, ~1 h 50 min on 2 cores; the committed result is docs/real-model-results/.
+real-model: venv
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local --configfile config/smollm2_arith.yaml
+	@echo; cat results/smollm2_arith/summary/verdict.md; echo
+	@echo "Tables: results/smollm2_arith/summary/   Figures: figures/smollm2_arith/"
 
 # GRPO, PODS, DAPO dynamic sampling, GRESO, Pilot-Commit (+PODS) and CPPO on the smoke task, 8 seeds.
 strategies: venv
