@@ -269,6 +269,9 @@ def _profile(p: argparse.ArgumentParser):
     p.add_argument("--fit", help="comma-separated arms to fit on (default: all); the others are predicted")
     p.add_argument("--steps", type=int, default=12, help="timed steps per arm (default 12)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds the steps are split into (default 3)")
+    p.add_argument(
+        "--memory", action="store_true", help="also measure every arm's update memory against the plan (Linux)"
+    )
 
     def handler(args):
         from pods_bench.planning.profile import cli

@@ -74,6 +74,7 @@ EXPECTED_JOBS = {
     "strategies_repeat": per_experiment(7 * 8, warm_start=True),  # the same on 128 prompts
     # the step-time model's validation arms (docs/cost-model.md; run by `pods-bench profile`)
     "cost_model": per_experiment(9 * 1, warm_start=True),
+    "cost_model_smollm2": per_experiment(7 * 1),  # the same on SmolLM2-135M-Instruct
     # the real-model replication on CPU (docs/real-model.md): SmolLM2-135M-Instruct from its package
     "smollm2_arith": per_experiment(2 * 4, separate_eval=False, calibrated=True),
 }

@@ -9,6 +9,8 @@ arm alike. No evaluation; checkpoints only where a round ends. Writes:
     DIR/runs/<arm>/            the runs (train_log.jsonl: the per-phase times and their features)
     DIR/step_time_model.json   the coefficients fitted on the --fit arms (`pods-bench plan --model`)
     DIR/validation.csv, .md    every arm's measured mean step time beside the model's predictions
+    DIR/memory.csv, .md        with --memory: every arm's update memory measured beside the plan's
+                               (planning/measure_memory.py; one measurement per distinct update shape)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import arm_overrides, load_experiment, shared_train_settings
 from pods_bench.io import atomic_write_json, atomic_write_text, atomic_write_with, read_jsonl
 from pods_bench.layout import RUNS
+from pods_bench.planning.measure_memory import measure_update
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, fit, predict
 from pods_bench.run_dir import PHASES, TRAIN_LOG, phase_field
 from pods_bench.run_info import hardware
@@ -98,6 +101,56 @@ def validation_rows(out: Path, arms: dict, model: StepTimeModel, fitted: list[st
     return rows
 
 
+def memory_rows(arms: dict) -> list[dict]:
+    """Per arm: the update's measured peak beside the plan's (MiB). Arms whose updates have the same
+    shape (rows, prompt and completion lengths, micro-batch) share one measurement."""
+    measured: dict[tuple, dict] = {}
+    rows = []
+    for arm, (settings, overrides, _) in arms.items():
+        cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
+        kept = cfg.prompts_per_step * cfg.selection.groups_per_prompt * cfg.selection.m
+        shape = (kept, cfg.task.max_prompt_tokens, cfg.sampling.max_new_tokens, cfg.optim.micro_batch_size)
+        if shape not in measured:
+            measured[shape] = measure_update(settings, [*overrides, "budget.max_steps=1"])
+        m = measured[shape]
+        rows.append(
+            {
+                "arm": arm,
+                "n": cfg.selection.n,
+                "m": cfg.selection.m,
+                "rows": m["rows"],
+                "prompt_tokens": m["prompt"],
+                "completion_tokens": m["completion"],
+                "measured_mib": round(m["measured"] / 2**20, 1),
+                "planned_mib": round(m["planned"] / 2**20, 1),
+                "error_pct": round(100 * (m["planned"] - m["measured"]) / m["measured"], 1),
+            }
+        )
+    return rows
+
+
+def memory_markdown(rows: list[dict]) -> str:
+    head = "| arm | n/m | rows x (prompt + completion) | measured MiB | planned MiB | error |"
+    lines = [head, "|" + " --- |" * 6]
+    for r in rows:
+        lines.append(
+            f"| {r['arm']} | {r['n']}/{r['m']} | {r['rows']} x ({r['prompt_tokens']} + {r['completion_tokens']}) | "
+            f"{r['measured_mib']} | {r['planned_mib']} | {r['error_pct']:+.1f} % |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def profile_memory(config_path, out) -> list[dict]:
+    """memory_rows for every arm of the config; writes DIR/memory.csv and memory.md."""
+    import pandas as pd
+
+    out = Path(out)
+    rows = memory_rows(arm_configs(config_path, out))
+    atomic_write_with(out / "memory.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    atomic_write_text(out / "memory.md", memory_markdown(rows))
+    return rows
+
+
 def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12, rounds: int = 3):
     """(model, validation rows); writes the files of the module docstring."""
     import pandas as pd
@@ -140,4 +193,7 @@ def cli(args) -> int:
     print(validation_markdown(rows))
     print(json.dumps(model.coefficients, indent=1))
     print(f"wrote {Path(args.out) / 'step_time_model.json'} and validation.csv / validation.md")
+    if args.memory:
+        print(memory_markdown(profile_memory(args.config, args.out)))
+        print(f"wrote {Path(args.out) / 'memory.csv'} and memory.md")
     return 0
