@@ -1,10 +1,15 @@
 """pods-bench's GRPO step beside TRL's GRPOTrainer, on the same model, prompts, reward and settings
 (`make bench-peer`; trl is the `bench` extra, not a dependency of pods-bench).
 
-The smoke model (warm start), the smoke task's first training prompts rendered once and handed to
-both, pods-bench's reward (math-verify in its grading pool) as TRL's reward function; 8 prompts x 16
-completions, 32 new tokens, temperature 1, top-k/top-p off, beta 0, TRL loss_type "grpo" (= pods-bench's
-"sequence" aggregation), bf16 and gradient checkpointing off, lr 1e-4, one thread budget for both.
+Two workloads (--workload), each an experiment config's GRPO arm as its training job would run it:
+    smoke    the smoke model (warm start, a character tokenizer), full fine-tuning; 8 prompts x 16
+             completions, 32 new tokens, temperature 1, lr 1e-4 (config/smoke.yaml)
+    smollm2  SmolLM2-135M-Instruct (a BPE tokenizer, a chat template, completions of varying length:
+             padding matters) with LoRA r 64 on every linear layer, as TRL gets it through peft; 4
+             prompts x 8 completions, 16 new tokens, temperature 0.9 (config/smollm2_arith.yaml)
+Both sides get the config's first training prompts rendered once, pods-bench's reward (math-verify in
+its grading pool) as TRL's reward function, top-k/top-p off, beta 0, TRL loss_type "grpo" (=
+pods-bench's "sequence" aggregation), bf16 and gradient checkpointing off, one thread budget.
 The two trainers run in interleaved pairs whose order alternates (pods-bench first in even pairs, TRL
 first in odd ones), so that a machine that speeds up or slows down, or a first-run advantage, touches
 both alike; each run's first step is a warm-up and is dropped.
@@ -17,7 +22,7 @@ Phases, the same span on both sides:
 "Same work" is measured, not assumed: each side's mean completion length and mean reward over its
 timed steps (pods-bench from its step log, TRL from the completions its reward function grades).
 
-    python -m tests.benchmarks.peer_trl [--pairs 8] [--steps 15] [--out results/bench-peer] [--model DIR]
+    python -m tests.benchmarks.peer_trl [--workload smoke|smollm2] [--pairs 8] [--steps 15] [--out DIR] [--model DIR]
 prints, per pair and overall, the median seconds per phase of each side and their ratio (pods-bench /
 TRL) with the spread of the per-pair step ratios (range and a 95 % bootstrap interval of their median)
 and the machine's load average; writes the per-step times to <out>/steps.csv, the pairs to
@@ -30,29 +35,46 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WARM_START = Path("results") / "warm_start" / "arith-tiny"  # where the smoke workflow puts it (from the cwd)
 PHASES = ("generation", "update", "step")
 
 
-def pods_bench_config(out: Path, steps: int):
-    """The smoke experiment's GRPO arm, as `pods-bench profile` runs it (its training job's config,
-    no evaluation, no checkpoints but the first and last), for `steps` steps."""
+@dataclass(frozen=True)
+class Workload:
+    """An experiment config's arm that both trainers run; `model` replaces the config's model (the
+    smoke warm start's folder, from the cwd), None keeps it."""
+
+    config: str
+    arm: str
+    model: Path | None = None
+
+
+WORKLOADS = {
+    "smoke": Workload("smoke.yaml", "grpo_n16_m16", Path("results") / "warm_start" / "arith-tiny"),
+    "smollm2": Workload("smollm2_arith.yaml", "grpo_n8_m8"),
+}
+
+
+def pods_bench_config(workload: Workload, out: Path, steps: int):
+    """The workload's arm as `pods-bench profile` runs it (its training job's config, no evaluation,
+    no checkpoints but the first and last), for `steps` steps."""
     from pods_bench.config import config_from_dict
     from pods_bench.planning.profile import arm_configs
 
-    settings, overrides, _ = arm_configs(ROOT / "config" / "smoke.yaml", out)["grpo_n16_m16"]
-    settings = {**settings, "model": {**settings["model"], "name": str(WARM_START.resolve())}}
+    settings, overrides, _ = arm_configs(ROOT / "config" / workload.config, out, check_model=False)[workload.arm]
+    if workload.model is not None:
+        settings = {**settings, "model": {**settings["model"], "name": str(workload.model.resolve())}}
     return config_from_dict(settings, [*overrides, f"budget.max_steps={steps}"])
 
 
-def run_pods_bench(out: Path, steps: int) -> list[dict]:
+def run_pods_bench(workload: Workload, out: Path, steps: int) -> list[dict]:
     from pods_bench.io import read_jsonl
     from pods_bench.train import train
 
-    cfg = pods_bench_config(out, steps)
+    cfg = pods_bench_config(workload, out, steps)
     train(cfg, progress=False)
     return [
         {
@@ -65,17 +87,20 @@ def run_pods_bench(out: Path, steps: int) -> list[dict]:
     ]
 
 
-def run_trl(out: Path, steps: int) -> list[dict]:
+def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
     """TRL's GRPOTrainer on the same model, prompts and reward, its phases timed from outside."""
+    import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from pods_bench.model_sources import resolve
     from pods_bench.rewards import RewardFunction, gold_texts
     from pods_bench.train import load_training_prompts
 
-    cfg = pods_bench_config(out / "unused", steps)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(WARM_START)  # the exact char tokenizer
+    cfg = pods_bench_config(workload, out / "unused", steps)
+    folder = resolve(cfg.model.name).path  # a GGUF source's converted folder, as pods-bench loads it
+    tokenizer = AutoTokenizer.from_pretrained(folder)  # the exact tokenizer pods-bench loads
     tokenizer.padding_side = "left"
     problems, prompts, _ = load_training_prompts(cfg, tokenizer)
     count = cfg.prompts_per_step * steps
@@ -125,7 +150,18 @@ def run_trl(out: Path, steps: int) -> list[dict]:
         disable_tqdm=True,
         seed=0,
     )
-    model = AutoModelForCausalLM.from_pretrained(WARM_START)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, cfg.model.dtype))
+    peft_config = None
+    if cfg.lora.enabled:  # pods-bench's adapters (pods_bench/checkpoint.py), as TRL takes them
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.lora.r,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=list(cfg.lora.target_modules),
+            task_type="CAUSAL_LM",
+        )
     times: list[dict] = []
 
     class StepTimer(TrainerCallback):
@@ -152,6 +188,7 @@ def run_trl(out: Path, steps: int) -> list[dict]:
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[timer],
+        peft_config=peft_config,
     )
     generate = trainer._generate_and_score_completions
 
@@ -219,25 +256,34 @@ def main(argv=None) -> int:
 
     from pods_bench.io import atomic_write_text, atomic_write_with
 
-    global WARM_START
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="smoke")
     p.add_argument("--pairs", type=int, default=8)
     p.add_argument("--steps", type=int, default=15, help="timed steps per run (one more is run as a warm-up)")
-    p.add_argument("--out", default=str(Path("results") / "bench-peer"))
-    p.add_argument("--model", default=str(WARM_START), help="the warm-started smoke model (built if missing)")
+    p.add_argument("--out", help="default: results/bench-peer (smoke), results/bench-peer-<workload> (others)")
+    p.add_argument(
+        "--model", help="smoke: the warm-started model (default results/warm_start/arith-tiny, built if missing)"
+    )
     args = p.parse_args(argv)
-    WARM_START = Path(args.model)
-    if not (WARM_START / "config.json").is_file():
-        from pods_bench.pretrain import PretrainConfig, pretrain
+    workload = WORKLOADS[args.workload]
+    if args.workload == "smoke":
+        workload = Workload(workload.config, workload.arm, Path(args.model) if args.model else workload.model)
+        if not (workload.model / "config.json").is_file():
+            from pods_bench.pretrain import PretrainConfig, pretrain
 
-        pretrain(PretrainConfig(), WARM_START)
-    out, rows, pairs = Path(args.out), [], []
+            pretrain(PretrainConfig(), workload.model)
+    elif args.model:
+        p.error(f"--model applies to the smoke workload only (the {args.workload} workload's model is its config's)")
+    out = Path(
+        args.out or Path("results") / ("bench-peer" if args.workload == "smoke" else f"bench-peer-{args.workload}")
+    )
+    rows, pairs = [], []
     runners = {"pods-bench": run_pods_bench, "trl": run_trl}
     for pair in range(args.pairs):
         order = ("pods-bench", "trl") if pair % 2 == 0 else ("trl", "pods-bench")
         record = {"pair": pair, "first": order[0], "load_before": os.getloadavg()[0]}
         for side in order:
-            steps = runners[side](out / f"pair{pair}" / side, args.steps + 1)[1:]  # the first step warms up
+            steps = runners[side](workload, out / f"pair{pair}" / side, args.steps + 1)[1:]  # the first step warms up
             rows += [{"pair": pair, "side": side, "step": i + 2, **s} for i, s in enumerate(steps)]
             record[side] = medians(steps)
         record["load_after"] = os.getloadavg()[0]
@@ -258,7 +304,7 @@ def main(argv=None) -> int:
         for r in pairs
     ]
     atomic_write_with(out / "pairs.csv", lambda tmp: pd.DataFrame(flat).to_csv(tmp, index=False))
-    text = summary(pairs, args.steps)
+    text = f"Workload: {args.workload} ({workload.config}, arm {workload.arm}).\n\n" + summary(pairs, args.steps)
     atomic_write_text(out / "summary.md", text)
     print("\n" + text, end="")
     return 0
