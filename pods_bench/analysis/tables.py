@@ -424,8 +424,8 @@ def mlperf_markdown(summary: Summary) -> str:
     return (
         head + f"Target {summary.options.target * 100:.2f} % (analysis.target; MLPerf fixes it before the timed "
         "runs, from reference runs). A run's time is its training clock at the first checkpoint at or above "
-        "the target plus every evaluation up to it (MLPerf keeps evaluation on the clock); a run that never reaches the target counts as the slowest, and more than "
-        "one such run invalidates the arm's result. IQM: the interquartile mean of the runs' times, "
+        "the target plus every evaluation up to it (MLPerf keeps evaluation on the clock); a run that never "
+        "reaches the target counts as the slowest, and more than one such run invalidates the arm's result. IQM: the interquartile mean of the runs' times, "
         'percentile-bootstrap interval over runs ("never": an infinite time inside it).\n\n'
         + pd.DataFrame(rows).to_markdown(index=False)
         + "\n"

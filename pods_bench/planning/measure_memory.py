@@ -28,7 +28,7 @@ import torch
 from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.planning.architecture import model_dims
-from pods_bench.planning.memory import memory_estimate
+from pods_bench.planning.memory import memory_estimate, trained_per_process
 from pods_bench.train import KeptRollout, make_accelerator, make_learner, update_policy
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -54,7 +54,7 @@ def measure_here(cfg) -> dict:
     torch.set_num_threads(1)
     accelerator = make_accelerator(cfg)
     learner, tokenizer = make_learner(cfg, accelerator, None)
-    rows = cfg.prompts_per_step * cfg.selection.groups_per_prompt * cfg.selection.m
+    rows = trained_per_process(cfg, 1)
     prompt, completion = cfg.task.max_prompt_tokens, cfg.sampling.max_new_tokens
     ids = torch.Generator().manual_seed(0)
     vocab = len(tokenizer)

@@ -26,6 +26,7 @@ from pods_bench.experiment import arm_overrides, load_experiment, shared_train_s
 from pods_bench.io import atomic_write_json, atomic_write_text, atomic_write_with, read_jsonl
 from pods_bench.layout import RUNS
 from pods_bench.planning.measure_memory import measure_update
+from pods_bench.planning.memory import trained_per_process
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, fit, predict
 from pods_bench.run_dir import PHASES, TRAIN_LOG, phase_field
 from pods_bench.run_info import hardware
@@ -108,8 +109,12 @@ def memory_rows(arms: dict) -> list[dict]:
     rows = []
     for arm, (settings, overrides, _) in arms.items():
         cfg = config_from_dict(settings, [*overrides, "budget.max_steps=1"])
-        kept = cfg.prompts_per_step * cfg.selection.groups_per_prompt * cfg.selection.m
-        shape = (kept, cfg.task.max_prompt_tokens, cfg.sampling.max_new_tokens, cfg.optim.micro_batch_size)
+        shape = (
+            trained_per_process(cfg, 1),
+            cfg.task.max_prompt_tokens,
+            cfg.sampling.max_new_tokens,
+            cfg.optim.micro_batch_size,
+        )
         if shape not in measured:
             measured[shape] = measure_update(settings, [*overrides, "budget.max_steps=1"])
         m = measured[shape]
@@ -142,18 +147,14 @@ def memory_markdown(rows: list[dict]) -> str:
 
 def profile_memory(config_path, out) -> list[dict]:
     """memory_rows for every arm of the config; writes DIR/memory.csv and memory.md."""
-    import pandas as pd
-
     out = Path(out)
     rows = memory_rows(arm_configs(config_path, out))
-    atomic_write_with(out / "memory.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
-    atomic_write_text(out / "memory.md", memory_markdown(rows))
+    write_rows(out, "memory", rows, memory_markdown)
     return rows
 
 
 def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12, rounds: int = 3):
     """(model, validation rows); writes the files of the module docstring."""
-    import pandas as pd
 
     out = Path(out)
     arms = arm_configs(config_path, out)
@@ -169,9 +170,16 @@ def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12
     model = fit(records, source)
     rows = validation_rows(out, arms, model, fitted)
     atomic_write_json(out / "step_time_model.json", model.to_dict())
-    atomic_write_with(out / "validation.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
-    atomic_write_text(out / "validation.md", validation_markdown(rows))
+    write_rows(out, "validation", rows, validation_markdown)
     return model, rows
+
+
+def write_rows(out: Path, name: str, rows: list[dict], markdown) -> None:
+    """out/<name>.csv and, for reading, out/<name>.md (markdown(rows))."""
+    import pandas as pd
+
+    atomic_write_with(out / f"{name}.csv", lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    atomic_write_text(out / f"{name}.md", markdown(rows))
 
 
 def validation_markdown(rows: list[dict]) -> str:
