@@ -58,6 +58,10 @@ SAFE_BY_DESIGN = {
         "pods_bench/model_sources.py",
         "convert",
     ): "writes into a .tmp- folder, renamed into place, then source.json (atomically) marks it complete",
+    (
+        "pods_bench/planning/measure_memory.py",
+        "measure_here",
+    ): "/proc/self/clear_refs is a kernel control, not a file: writing '5' resets the high-water mark",
     ("workflows/scripts/train_config.py", "<module>"): "the job's log file (a log, not a result)",
     ("workflows/scripts/manifest.py", "<module>"): "the job's log file (a log, not a result)",
 }

@@ -1265,9 +1265,19 @@ def test_rows_without_copied_sources_are_the_listed_ones():
 
 
 def test_every_paper_config_is_covered():
-    # the smoke replication, the allocation-strategy benchmarks and the step-time model's arms are
-    # not paper settings; hardware.yaml and models.yaml are not experiments
-    not_paper = {"smoke", "hardware", "models", "strategies", "strategies_gsm8k", "strategies_repeat", "cost_model"}
+    # the smoke and real-model replications, the allocation-strategy benchmarks and the step-time
+    # model's arms are not paper settings; hardware.yaml and models.yaml are not experiments
+    not_paper = {
+        "smoke",
+        "smollm2_arith",
+        "hardware",
+        "models",
+        "strategies",
+        "strategies_gsm8k",
+        "strategies_repeat",
+        "cost_model",
+        "cost_model_smollm2",
+    }
     paper = {p.stem for p in CONFIG_DIR.glob("*.yaml")} - not_paper
     assert paper == set(PAPER)
 
