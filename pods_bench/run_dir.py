@@ -42,7 +42,7 @@ def phase_field(phase: str) -> str:
 class StepRecord:
     """One line of train_log.jsonl: every field the trainer writes (units and meanings in
     docs/results-format.md, which tests/test_results_format.py holds to this list). The allocation
-    strategy's own counters (`rounds`, `groups_sampled`, and e.g. Pilot-Commit's `buffer_size`) come
+    strategy's own counters (`num_gen_batches`, `groups_sampled`, and e.g. Pilot-Commit's `buffer_size`) come
     after these in the line."""
 
     step: int
@@ -62,7 +62,7 @@ class StepRecord:
     reward_std: float | None
     reward_mean_kept: float | None
     reward_std_kept: float | None
-    zero_variance_frac: float | None
+    frac_reward_zero_std: float | None
     completion_len_mean: float
     loss: float
     grad_norm: float
@@ -77,6 +77,7 @@ class StepRecord:
     groups_trained: int
     rollouts_in_groups: int
     rollouts_generated: int
+    rollouts_not_trained: int  # generated in the step minus trained in it (TRL/verl's wasted rollouts)
     decode_steps: int  # these four: the work behind the phase times, the step-time model's features
     decode_sequence_steps: int
     micro_batches: int

@@ -474,7 +474,7 @@ def step_record(
         reward_std=reward_std,
         reward_mean_kept=kept_mean,
         reward_std_kept=kept_std,
-        zero_variance_frac=sums["zero_variance"] / sums["groups"] if sums["groups"] else None,
+        frac_reward_zero_std=sums["zero_variance"] / sums["groups"] if sums["groups"] else None,
         completion_len_mean=sums["generated_tokens"] / sums["rollouts_generated"],
         loss=sums["loss"],
         grad_norm=update["grad_norm"],
@@ -491,6 +491,7 @@ def step_record(
         groups_trained=int(sums["groups"]),
         rollouts_in_groups=int(sums["rollouts"]),
         rollouts_generated=int(sums["rollouts_generated"]),
+        rollouts_not_trained=int(sums["rollouts_generated"] - sums["kept"]),
         # the work behind the phase times (summed over processes): the step-time model's features
         decode_steps=int(sums["decode_steps"]),
         decode_sequence_steps=int(sums["decode_sequence_steps"]),
@@ -503,7 +504,7 @@ def step_record(
         flops_reward=0.0,
         # the CUDA allocator's high-water marks by phase, the largest process's (None on CPU)
         **{name: round(value, 3) for name, value in (memory or {}).items()},
-        allocation_counters=allocation,  # rounds, groups_sampled and the strategy's own (docs/results-format.md)
+        allocation_counters=allocation,  # num_gen_batches, groups_sampled and the strategy's own (docs/results-format.md)
     )
 
 

@@ -83,7 +83,12 @@ def test_dynamic_sampling_refills_until_the_batch_is_full_and_drops_the_surplus(
 
     assert batch.prompt == [order[1], order[3]]  # the earliest mixed groups; order[5] is surplus
     assert batch.sizes == [8, 8]
-    assert stats == {"rounds": 2, "groups_sampled": 6, "groups_dropped": 4}
+    assert stats == {
+        "num_gen_batches": 2,
+        "groups_sampled": 6,
+        "groups_discarded_zero_std": 3,  # order[0] (all right), order[2] and order[4] (all wrong)
+        "groups_discarded_surplus": 1,  # order[5]
+    }
     assert [c[0] for c in sampler.calls_made] == [order[0:3], order[3:6]]
     assert sampler.cursor == 6  # every drawn prompt is consumed, surplus included
 
@@ -100,7 +105,7 @@ def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds()
     )
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, when_short="train")
     batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
-    assert len(batch) == 1 and stats["rounds"] == 2
+    assert len(batch) == 1 and stats["num_gen_batches"] == 2
 
     # no round limit: one pass over the data at most
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=5, max_rounds=0)
@@ -167,7 +172,7 @@ def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():
     rates = {order[i % NUM_PROMPTS]: [1.0, 1.0, 0.0, 0.5][i % 4] for i in range(NUM_PROMPTS)}
     g = make_allocator(cfg, NUM_PROMPTS)
     batch, stats = g.collect(ScriptedSampler(cfg, rates))  # epoch 0: no adaptation
-    assert (stats["rounds"], stats["p_easy"], stats["p_hard"]) == (2, 0.5, 0.5)
+    assert (stats["num_gen_batches"], stats["p_easy"], stats["p_hard"]) == (2, 0.5, 0.5)
     assert len(batch) == 2 and stats["prompts_skipped"] == 0  # no history yet: nothing skipped
     g.easy_streak[:] = 0  # no skipping in the next epoch: its rounds roll out what they draw
     g.hard_streak[:] = 0
@@ -175,7 +180,7 @@ def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():
     rates = {epoch_1[i]: [1.0, 1.0, 0.0, 0.5][i % 4] for i in range(NUM_PROMPTS)}
     batch, stats = g.collect(ScriptedSampler(cfg, rates, step=5, cursor=NUM_PROMPTS))  # epoch 1
     # 8 groups rolled out: easy share 4/8 >= 0.25 / 3 and hard share 2/8 >= 0.25 x 2/3: both p fall
-    assert stats["rounds"] == 2
+    assert stats["num_gen_batches"] == 2
     assert (stats["p_easy"], stats["p_hard"]) == pytest.approx((0.49, 0.49))
     # few zero-variance groups: p rises, within [p_min, p_max]
     g.p_easy = g.p_hard = 0.945
@@ -228,7 +233,7 @@ def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
     assert pc.evicted == {order[1]}
     assert list(pc.buffer) == [p for p in (order[3], order[4]) if p != batch.prompt[1]]
     assert stats == {
-        "rounds": 3,
+        "num_gen_batches": 3,
         "groups_sampled": 2 + 9,
         "rollouts_pilot": 9 * 2,
         "rollouts_commit": 2 * 6,
@@ -244,7 +249,7 @@ def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
         "pilot_commit", P=2, pilot_prompts=3, max_rounds=1, when_short="train"
     ).allocation.pilot_commit
     batch, stats = pc.collect(ScriptedSampler(cfg, rates, step=1, cursor=cursor))
-    assert batch.prompt == [left] and stats["commit_age_mean"] == 1.0 and stats["rounds"] == 1
+    assert batch.prompt == [left] and stats["commit_age_mean"] == 1.0 and stats["num_gen_batches"] == 1
 
     # an evicted prompt is never piloted again, though the next epoch's order holds it
     pc.settings = make_cfg(
@@ -389,7 +394,7 @@ def test_vigor_grows_the_groups_of_the_prompts_whose_rewards_vary_most():
         ([order[1], order[2]], 8),
         ([order[1]], 16),
     ]
-    assert stats == {"rounds": 4, "groups_sampled": 15, "group_size_min": 2, "group_size_max": 30}
+    assert stats == {"num_gen_batches": 4, "groups_sampled": 15, "group_size_min": 2, "group_size_max": 30}
     # each group's rollouts in the order sampled: round 1's, then round 2's, ...
     assert [c[1:] for c in batch.completion_ids[2]] == [[0, j] for j in (0, 1, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7)]
 
@@ -413,7 +418,7 @@ def test_hora_allocates_the_rest_of_the_budget_by_marginal_hit_utility():
     batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
     assert sampler.calls_made == [(order, 4), ([order[2]], 2), ([order[1]], 4), ([order[0]], 6)]
     assert batch.prompt == order and batch.sizes == [10, 8, 6] and sum(batch.sizes) == 3 * 8
-    assert stats == {"rounds": 4, "groups_sampled": 6, "group_size_min": 6, "group_size_max": 10}
+    assert stats == {"num_gen_batches": 4, "groups_sampled": 6, "group_size_min": 6, "group_size_max": 10}
 
 
 class TaggedSampler(ScriptedSampler):

@@ -63,15 +63,20 @@ def test_every_strategy_trains_and_logs_what_it_spent(tmp_path, smoke_model_dir,
     assert [r["step"] for r in steps] == list(range(1, 7))
     check_counts_against_the_witness(steps, witness, rows_per_group=4)  # m = 4 of each group's n = 8
     for r in steps:
-        assert r["allocation"] == strategy and r["rounds"] >= 1
+        assert r["allocation"] == strategy and r["num_gen_batches"] >= 1
         assert r["groups_trained"] == 4 and r["prompts_kept"] == 4  # a full batch of P groups
         assert r["grad_norm"] > 0
     if strategy in ("dynamic_sampling", "greso"):
         # every trained group was sampled in this step (n rollouts each), and dropped groups cost rollouts
         assert all(r["rollouts_generated"] == 8 * r["groups_sampled"] >= 8 * r["groups_trained"] for r in steps)
         # only groups whose rewards differ train (the filter dropped the others)
-        assert all(r["zero_variance_frac"] == 0 for r in steps)
-        assert sum(r["groups_dropped"] for r in steps) > 0
+        assert all(r["frac_reward_zero_std"] == 0 for r in steps)
+        assert sum(r["groups_discarded_zero_std"] for r in steps) > 0
+        # what was not trained: the discarded groups' n rollouts each, and n - m of every trained group
+        for r in steps:
+            discarded = r["groups_discarded_zero_std"] + r["groups_discarded_surplus"]
+            assert r["groups_sampled"] == r["groups_trained"] + discarded
+            assert r["rollouts_not_trained"] == 8 * discarded + (8 - 4) * r["groups_trained"]
     if strategy == "greso":
         assert sum(r["prompts_skipped"] for r in steps) > 0  # streaks from the first epoch skip prompts later
     if strategy == "pilot_commit":

@@ -68,7 +68,12 @@ def write_run(experiment: Path, arm: str, seed: int, n_problems: int = 200) -> P
                 reward_std=0.3,
                 reward_mean_kept=0.5,
                 reward_std_kept=0.4,
-                zero_variance_frac=0.1,
+                frac_reward_zero_std=0.1,
+                num_gen_batches=1,
+                rollouts_generated=8 * n,
+                rollouts_not_trained=8 * (n - m),
+                groups_trained=8,
+                prompts_kept=8 - s % 2,  # a DAPO-style filter drops one group every other step
                 completion_len_mean=20.0,
                 loss=0.1,
                 grad_norm=1.0,
@@ -157,7 +162,16 @@ def test_aggregate_and_plot_write_tables_and_figures(experiment, tmp_path, capsy
         "### rollouts",
         "### completion tokens",
         "### FLOPs",
+        "### Wasted work per step",
     ]
+    # the wasted work: PODS generates 16 and trains 4 of each of 8 groups, GRPO trains all its 4
+    waste = pd.read_csv(summary / "waste.csv").set_index("arm")
+    assert waste.loc["pods", "rollouts_not_trained"] == 8 * 12 and waste.loc["grpo", "rollouts_not_trained"] == 0
+    assert waste.loc["pods", "seeds"] == 3 and waste.loc["pods", "frac_reward_zero_std"] == pytest.approx(0.1)
+    assert waste.loc["pods", "groups_discarded_surplus"] == 0
+    # the filter's drops (one every other step) count as zero-std discards: about 0.5 a step
+    assert 0.45 < waste.loc["pods", "groups_discarded_zero_std"] < 0.55
+    assert "| pods  |" in text.split("### Wasted work per step")[1] and "75%" in text
     rollouts = cost.loc[("rollouts", "pods")]
     assert rollouts["t_baseline_interp_s"] < rollouts["t_baseline_s"] == 1600
     assert f"{rollouts['speedup_interp']:.2f}x [" in text and f"{rollouts['t_arm_interp_s']:,.0f}" in text

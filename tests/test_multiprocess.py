@@ -213,7 +213,7 @@ def test_two_processes_train_groups_of_different_sizes(tmp_path, smoke_model_dir
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         assert r["rollouts_generated"] == r["rollouts_in_groups"] == 64 and r["groups_trained"] == 8
-        assert (r["group_size_min"], r["group_size_max"], r["rounds"]) == (2, 30, 4)
+        assert (r["group_size_min"], r["group_size_max"], r["num_gen_batches"]) == (2, 30, 4)
     folder = run_dir / "checkpoints" / "step-000002"
     ranks = [torch.load(folder / f"rank-{r}.pt", weights_only=False) for r in (0, 1)]
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]

@@ -37,7 +37,7 @@ class EveryOther(AllocationStrategy):
         stride = self.cfg.allocation.every_other.stride
         drawn = sampler.draw(self.cfg.prompts_per_step * stride)
         groups, everyone = sampler.sample(drawn[::stride], self.cfg.selection.n)
-        return groups, {"rounds": 1, "groups_sampled": len(everyone)}
+        return groups, {"num_gen_batches": 1, "groups_sampled": len(everyone)}
 
 
 @pytest.fixture

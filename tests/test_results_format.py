@@ -21,7 +21,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "results-format.md"
 def documented_train_log_fields() -> tuple[list[str], list[str]]:
     """(fields of the step, the strategies' counters) as the train_log.jsonl section names them: the
     first cell of every table row, the fields named in its 'Fields beyond the contract' paragraph;
-    the counters are the allocation table's rows from `rounds` on, `groups_trained` and the four
+    the counters are the allocation table's rows from `num_gen_batches` on, `groups_trained` and the four
     work features excepted (StepRecord fields)."""
     section = DOC.read_text(encoding="utf-8").split("## train_log.jsonl", 1)[1].split("\n## ", 1)[0]
     names = []
@@ -38,12 +38,13 @@ def documented_train_log_fields() -> tuple[list[str], list[str]]:
 def test_the_page_documents_every_field_of_the_step_record_and_nothing_else():
     fields, counters = documented_train_log_fields()
     assert sorted(set(fields)) == sorted(StepRecord.field_names())
-    assert "rounds" in counters and "buffer_size" in counters  # the strategies' counters were read
+    assert "num_gen_batches" in counters and "buffer_size" in counters  # the strategies' counters were read
     # a counter the page lists must not be a typo of a field: each is a real strategy counter name
     assert set(counters) == {
-        "rounds",
+        "num_gen_batches",
         "groups_sampled",
-        "groups_dropped",
+        "groups_discarded_zero_std",
+        "groups_discarded_surplus",
         "prompts_skipped",
         "p_easy",
         "p_hard",

@@ -21,7 +21,7 @@ from tests.tiny_runs import StepWitness, read_lines, tiny_run, without_timings
 STEP_FIELDS = (
     "step train_time_s time_gen_s time_reward_s time_select_s time_update_s time_sync_s prompts n m "
     "generated_tokens trained_tokens reward_mean reward_std reward_mean_kept reward_std_kept "
-    "zero_variance_frac completion_len_mean loss grad_norm lr"
+    "frac_reward_zero_std completion_len_mean loss grad_norm lr"
 ).split()
 EVAL_FIELDS = (
     "checkpoint step train_time_s benchmark n_problems repeats answer_acc format_acc both_acc mean_length examples"
@@ -48,9 +48,14 @@ def test_a_short_run_writes_the_results_contract(tmp_path, monkeypatch):
         assert r["trained_tokens"] == seen["trained_tokens"] > 0
         assert r["rollouts_generated"] == seen["rollouts"]
         assert math.isfinite(r["loss"]) and r["grad_norm"] > 0 and r["lr"] == 1e-3
-        assert 0 <= r["zero_variance_frac"] <= 1 and r["kl"] is None
+        assert 0 <= r["frac_reward_zero_std"] <= 1 and r["kl"] is None
         # the paper's allocation: one round, P x n rollouts, all of them in the batch
-        assert (r["allocation"], r["rounds"], r["groups_sampled"], r["groups_trained"]) == ("uniform", 1, 4, 4)
+        assert (r["allocation"], r["num_gen_batches"], r["groups_sampled"], r["groups_trained"]) == (
+            "uniform",
+            1,
+            4,
+            4,
+        )
         assert r["rollouts_generated"] == 16
     # the clock adds up the phases of each step and nothing else (no evaluation, no checkpoint I/O)
     clock = 0.0
@@ -137,7 +142,7 @@ def test_same_config_and_seed_give_the_same_log(tmp_path):
     c = read_lines(run(tmp_path / "c", seed=1, **sections) / "train_log.jsonl")
     assert without_timings(a) == without_timings(b)
     assert without_timings(a) != without_timings(c)
-    assert all(r["prompts_kept"] == r["prompts"] * (1 - r["zero_variance_frac"]) for r in a)  # DAPO filter
+    assert all(r["prompts_kept"] == r["prompts"] * (1 - r["frac_reward_zero_std"]) for r in a)  # DAPO filter
 
 
 def test_time_budget_checkpoints_and_evaluation_afterwards(tmp_path, capsys):

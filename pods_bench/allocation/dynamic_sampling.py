@@ -74,14 +74,21 @@ class DynamicSampling(AllocationStrategy):
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
         want, n = self.cfg.prompts_per_step, self.cfg.selection.n
         parts, have, drawn, zero_share = [], 0, 0, None
-        stats = {"rounds": 0, "groups_sampled": 0, "groups_dropped": 0}
+        # why groups are discarded, as verl's DAPO recipe counts them: all-equal (zero std of the
+        # filter's metric), or informative but beyond the P the batch needs (the last round's surplus)
+        stats = {
+            "num_gen_batches": 0,
+            "groups_sampled": 0,
+            "groups_discarded_zero_std": 0,
+            "groups_discarded_surplus": 0,
+        }
         while True:
             prompts, count = self.candidates(
-                sampler, self.round_size(stats["rounds"], want - have, zero_share), stats["rounds"]
+                sampler, self.round_size(stats["num_gen_batches"], want - have, zero_share), stats["num_gen_batches"]
             )
             drawn += count
             local, everyone = sampler.sample(prompts, n)
-            stats["rounds"] += 1
+            stats["num_gen_batches"] += 1
             stats["groups_sampled"] += len(everyone)
             self.observe(sampler, everyone)
             informative = [g for g in everyone if g.differs(self.settings.metric)]
@@ -89,7 +96,8 @@ class DynamicSampling(AllocationStrategy):
             kept = informative[: want - have]  # the earliest kept groups train; the surplus is dropped
             parts.append(local.rows([g.row for g in kept if g.owner == sampler.rank]))
             have += len(kept)
-            stats["groups_dropped"] += len(everyone) - len(kept)
+            stats["groups_discarded_zero_std"] += len(everyone) - len(informative)
+            stats["groups_discarded_surplus"] += len(informative) - len(kept)
             if have >= want:
                 break
             why = (
@@ -98,7 +106,7 @@ class DynamicSampling(AllocationStrategy):
                 else "every other group was all correct or all wrong"
             )
             check_not_exhausted(self.settings, self.name, drawn, self.num_prompts, have, want, why)
-            if not short_batch(self.name, self.settings, have, want, stats["rounds"], why):
+            if not short_batch(self.name, self.settings, have, want, stats["num_gen_batches"], why):
                 break
         self.finish_step(sampler, stats)
         return Groups.concat(parts), stats

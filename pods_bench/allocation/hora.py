@@ -89,11 +89,11 @@ class Hora(AllocationStrategy):
         local, everyone = sampler.sample(prompts, g0)
         extra = allocate([round(sum(g.correct)) for g in everyone], g0, len(prompts) * (n - g0))
         groups = GrowingGroups(sampler, prompts, local, everyone)  # by slot: a draw can repeat a prompt
-        stats = {"rounds": 1, "groups_sampled": len(everyone)}
+        stats = {"num_gen_batches": 1, "groups_sampled": len(everyone)}
         for k in sorted(set(extra) - {0}):
             chosen = [s for s, e in enumerate(extra) if e == k]
             groups.add(sampler, chosen, k)
-            stats["rounds"] += 1
+            stats["num_gen_batches"] += 1
             stats["groups_sampled"] += len(chosen)
         sizes = [g0 + e for e in extra]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))

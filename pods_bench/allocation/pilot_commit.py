@@ -153,11 +153,17 @@ class PilotCommit(AllocationStrategy):
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
         c, want = self.settings, self.cfg.prompts_per_step
         parts, have, drawn, ages = [], 0, 0, []
-        stats = {"rounds": 0, "groups_sampled": 0, "rollouts_pilot": 0, "rollouts_commit": 0, "prompts_buffered": 0}
+        stats = {
+            "num_gen_batches": 0,
+            "groups_sampled": 0,
+            "rollouts_pilot": 0,
+            "rollouts_commit": 0,
+            "prompts_buffered": 0,
+        }
         while True:
             self.check_can_fill(have, want)
             # 1. commit: the rest of the batch from the buffer, before this round's pilots join it
-            commits = self.choose_commits(sampler.rng(stats["rounds"]), want - have)
+            commits = self.choose_commits(sampler.rng(stats["num_gen_batches"]), want - have)
             local, everyone = sampler.sample(commits, self.n_commit, owners=[self.buffer[p].owner for p in commits])
             parts.append(Groups.concat([self.pilots.pop(p) for p in local.prompt]).join(local))
             ages += [sampler.step - self.buffer.pop(p).step for p in commits]
@@ -177,7 +183,7 @@ class PilotCommit(AllocationStrategy):
                     if g.owner == sampler.rank:
                         self.pilots[g.prompt] = pilot_local.rows([g.row])
                     stats["prompts_buffered"] += 1
-            stats["rounds"] += 1
+            stats["num_gen_batches"] += 1
             stats["groups_sampled"] += len(everyone) + len(pilot_everyone)
             stats["rollouts_commit"] += len(everyone) * self.n_commit
             stats["rollouts_pilot"] += len(pilot_everyone) * self.n_pilot
@@ -187,7 +193,7 @@ class PilotCommit(AllocationStrategy):
             why = "too few piloted prompts had a pass rate in the window"
             if not self.buffer:  # buffered prompts are committed in the next round
                 check_not_exhausted(c, self.name, drawn, self.num_prompts, have, want, why)
-            if not short_batch(self.name, c, have, want, stats["rounds"], why):
+            if not short_batch(self.name, c, have, want, stats["num_gen_batches"], why):
                 break
         for p in [p for p, e in self.buffer.items() if sampler.step - e.step > c.max_off_steps]:
             del self.buffer[p]

@@ -15,4 +15,4 @@ class Uniform(AllocationStrategy):
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
         s = self.cfg.selection
         groups, everyone = sampler.sample(sampler.draw(self.cfg.prompts_per_step), s.n, repeats=s.groups_per_prompt)
-        return groups, {"rounds": 1, "groups_sampled": len(everyone)}
+        return groups, {"num_gen_batches": 1, "groups_sampled": len(everyone)}

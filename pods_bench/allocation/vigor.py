@@ -80,13 +80,13 @@ class Vigor(AllocationStrategy):
         groups = GrowingGroups(sampler, prompts, local, everyone)
         rewards = [list(g.rewards) for g in everyone]  # every process: every slot's rewards so far
         active = list(range(len(prompts)))
-        stats = {"rounds": 1, "groups_sampled": len(everyone)}
+        stats = {"num_gen_batches": 1, "groups_sampled": len(everyone)}
         for count, k in plan[1:]:
             # the `count` active slots whose rewards so far vary most (ties: the one drawn first)
             active = sorted(sorted(active, key=lambda s: (-float(np.var(rewards[s])), s))[:count])
             for s, g in zip(active, groups.add(sampler, active, k)):
                 rewards[s] += g.rewards
-            stats["rounds"] += 1
+            stats["num_gen_batches"] += 1
             stats["groups_sampled"] += len(active)
         sizes = [len(r) for r in rewards]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))

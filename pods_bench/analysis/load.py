@@ -30,6 +30,8 @@ from pods_bench.analysis.tidy import (
     EVAL_COLUMNS,
     LENGTH_METRIC,
     STEP_TIME_COLUMNS,
+    WASTE_COLUMNS,
+    WASTE_FIELDS,
     Experiment,
     arm_table,
 )
@@ -94,7 +96,7 @@ def _experiment_dirs(path: Path) -> list[Path]:
 def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) -> Experiment | None:
     """One experiment from its runs; unreadable runs are skipped with a warning."""
     seed_dirs = sorted(experiment_dir.glob(f"{RUNS}/*/{SEED_PREFIX}*"))
-    rows, step_rows, arms, hardware = [], [], [], []
+    rows, step_rows, waste_rows, arms, hardware = [], [], [], [], []
     for seed_dir in tqdm(
         seed_dirs, desc=f"reading {experiment_dir.name}", unit="run", disable=None if progress else True
     ):
@@ -105,6 +107,7 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
             continue
         rows += run["evals"]
         step_rows += run["step_times"]
+        waste_rows.append(run["waste"])
         arms.append(run["arm"])
         hardware.append(run["hardware"])
     if not rows:
@@ -129,6 +132,7 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
         default_benchmark="gsm8k" if "gsm8k" in benchmarks else benchmarks[0],
         default_baseline=baseline,
         calibration=_calibration(experiment_dir, warnings),
+        waste=pd.DataFrame(waste_rows, columns=WASTE_COLUMNS).assign(experiment=experiment_dir.name),
     )
 
 
@@ -232,6 +236,7 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
     return dict(
         evals=list(evals.values()),
         step_times=_step_times(steps, arm, seed),
+        waste=dict(arm=arm, seed=seed, **_waste_per_step(steps)),
         arm=dict(arm=arm, n=int(n), m=int(m), rule=rule),
         hardware=hardware_label(run_json.get("hardware")),
     )
@@ -250,6 +255,20 @@ def _cumulative_cost(steps: list[dict]) -> dict[int, tuple[float, float, float]]
         flops += sum(r.get(f"flops_{phase}", np.nan) for phase in ("gen", "update", "reference", "reward"))
         out[int(r["step"])] = (rollouts, tokens, flops)
     return out
+
+
+def _waste_per_step(steps: list[dict]) -> dict[str, float]:
+    """The run's mean per step of each wasted-work field (tidy.WASTE_FIELDS); the groups a DAPO-style
+    filter discarded count the trainer's `selection.filter_uniform_groups` (groups_trained -
+    prompts_kept) beside a strategy's own; a strategy without a kind of discard logs 0 of it."""
+    if not steps:
+        return dict.fromkeys(WASTE_FIELDS, np.nan)
+    log = pd.DataFrame(steps)
+    if {"groups_trained", "prompts_kept"} <= set(log):
+        filtered = log["groups_trained"] - log["prompts_kept"]
+        log["groups_discarded_zero_std"] = log.get("groups_discarded_zero_std", 0) + filtered
+        log["groups_discarded_surplus"] = log.get("groups_discarded_surplus", 0)
+    return {f: float(log[f].mean()) if f in log else np.nan for f in WASTE_FIELDS}
 
 
 def _step_times(steps: list[dict], arm: str, seed: int) -> list[dict]:

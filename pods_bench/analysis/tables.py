@@ -20,7 +20,12 @@
 - cost.md        the cost axes for reading: per axis and arm, the baseline's cost to reach T over the
                  arm's with crossings interpolated between checkpoints (the headline on these
                  axes: a checkpoint's grid step is a whole step's rollouts, more for the arms that
-                 sample more per step), and the same to 80 % of the baseline's gain
+                 sample more per step), and the same to 80 % of the baseline's gain; then the
+                 wasted work per step
+- waste.csv      per arm, the wasted work per step as TRL and verl name it (generation batches,
+                 rollouts generated and not trained, share of zero-std groups, groups discarded and
+                 why): the mean over seeds of each run's mean per step; header only for the
+                 published logs
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import pandas as pd
 import scipy.stats
 
 from pods_bench.analysis.speedup import GAIN_FRACTIONS, compare_arms
-from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, Experiment
+from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, WASTE_FIELDS, Experiment
 from pods_bench.analysis.time_to_target import MLPERF_COLUMNS, mlperf_table
 from pods_bench.io import atomic_write_text, atomic_write_with
 
@@ -48,6 +53,7 @@ SUMMARY_FILES = (
     "speedups.tex",
     "cost.csv",
     "cost.md",
+    "waste.csv",
     "mlperf.csv",
     "mlperf.md",
     "verdict.md",
@@ -77,6 +83,7 @@ class Summary:
     speedups: pd.DataFrame
     curves: pd.DataFrame
     cost: pd.DataFrame  # speedups' columns on the cost axes, with `axis` first (empty without them)
+    waste: pd.DataFrame  # per arm: the wasted-work fields' means per step (empty for the published logs)
     mlperf: pd.DataFrame  # time_to_target.MLPERF_COLUMNS (empty without options.target)
 
     @property
@@ -96,7 +103,16 @@ def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), pro
         else mlperf_table(exp, baseline, benchmark, metric, options.target, options.n_bootstrap, options.seed)
     )
     return Summary(
-        exp, baseline, benchmark, metric, options, speedups, curve_table(exp), cost_table(exp, compare), mlperf
+        exp,
+        baseline,
+        benchmark,
+        metric,
+        options,
+        speedups,
+        curve_table(exp),
+        cost_table(exp, compare),
+        waste_table(exp),
+        mlperf,
     )
 
 
@@ -111,6 +127,20 @@ def cost_table(exp: Experiment, compare) -> pd.DataFrame:
         return pd.DataFrame(columns=["axis"])
     cost = pd.concat(blocks, ignore_index=True)
     return cost[["axis"] + [c for c in cost.columns if c != "axis"]]
+
+
+def waste_table(exp: Experiment) -> pd.DataFrame:
+    """Per arm (display order), the mean over seeds of each run's mean per step of the wasted-work
+    fields, and the seeds counted."""
+    if exp.waste is None or exp.waste.empty:
+        return pd.DataFrame(columns=["arm", "seeds", *WASTE_FIELDS])
+    grouped = exp.waste.groupby("arm", sort=False)
+    table = grouped[list(WASTE_FIELDS)].mean().join(grouped.size().rename("seeds"))
+    return (
+        table.reindex([a for a in exp.arm_names if a in table.index])
+        .rename_axis("arm")
+        .reset_index()[["arm", "seeds", *WASTE_FIELDS]]
+    )
 
 
 def curve_table(exp: Experiment) -> pd.DataFrame:
@@ -146,6 +176,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
         "curves.csv": summary.curves,
         "step_times.csv": summary.experiment.step_times,
         "cost.csv": summary.cost,
+        "waste.csv": summary.waste,
         "mlperf.csv": summary.mlperf,
     }
     paths = []
@@ -351,7 +382,10 @@ def cost_markdown(summary: Summary) -> str:
     """cost.csv for reading: one table per cost axis, interpolated crossings as the headline."""
     cost, gain = summary.cost, round(GAIN_FRACTIONS[1] * 100)
     if cost.empty:
-        return f"{summary.experiment.name}: no cost axes (the checkpoints do not count rollouts, tokens or FLOPs).\n"
+        return (
+            f"{summary.experiment.name}: no cost axes (the checkpoints do not count rollouts, tokens or FLOPs).\n"
+            + waste_markdown(summary)
+        )
     parts = [
         f"{summary.experiment.name}: {summary.benchmark} {summary.metric} against what each arm spent. Per axis, "
         f"speedup = {summary.baseline}'s cost to reach T over the arm's (T as in speedups.md), the crossing "
@@ -376,7 +410,38 @@ def cost_markdown(summary: Summary) -> str:
             for _, r in block.iterrows()
         ]
         parts.append(f"### {COST_UNITS[axis]}\n\n{pd.DataFrame(rows).to_markdown(index=False)}")
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(parts) + "\n" + waste_markdown(summary)
+
+
+def waste_markdown(summary: Summary) -> str:
+    """waste.csv for reading ("" without it): what each arm generated per step and did not train on."""
+    waste = summary.waste
+    if waste.empty:
+        return ""
+    number = lambda v, digits=1: "-" if pd.isna(v) else f"{v:,.{digits}f}"
+    rows = [
+        {
+            "Arm": r["arm"],
+            "Seeds": int(r["seeds"]),
+            "Generation batches": number(r["num_gen_batches"], 2),
+            "Rollouts generated": number(r["rollouts_generated"]),
+            "Not trained": number(r["rollouts_not_trained"]),
+            "Share not trained": "-"
+            if pd.isna(r["rollouts_not_trained"]) or not r["rollouts_generated"]
+            else f"{r['rollouts_not_trained'] / r['rollouts_generated']:.0%}",
+            "frac_reward_zero_std": number(r["frac_reward_zero_std"], 3),
+            "Groups discarded: zero std": number(r["groups_discarded_zero_std"], 2),
+            "Groups discarded: surplus": number(r["groups_discarded_surplus"], 2),
+        }
+        for _, r in waste.iterrows()
+    ]
+    return (
+        "\n### Wasted work per step\n\nMeans per step (each run's mean, then the mean over seeds), named as TRL and "
+        "verl name them: generation batches (verl's num_gen_batches), rollouts generated but not trained "
+        "(PODS's n - m per group, discarded groups, uncommitted pilots), the share of groups whose n rewards "
+        "are all equal (TRL's frac_reward_zero_std), and the groups rolled out but not trained, by reason "
+        "(docs/results-format.md).\n\n" + pd.DataFrame(rows).to_markdown(index=False) + "\n"
+    )
 
 
 def latex_table(summary: Summary) -> str:

@@ -20,7 +20,8 @@ the same hardware, each with one or more seeds. Its evaluations form a tidy tabl
   paused meanwhile; time_to_target.py puts it back on the clock; NaN for the published logs).
 
 Seconds per training step are a second table, one row per (arm, seed, phase); phase `total` is
-always present, own runs add generation / rewards / selection / update / sync / other.
+always present, own runs add generation / rewards / selection / update / sync / other. Own runs
+have a third, the wasted work per step (WASTE_COLUMNS), one row per (arm, seed).
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ EVAL_COLUMNS = [
 COST_AXES = ("rollouts", "tokens", "flops")
 AXES = {"time": "time_s", **{axis: axis for axis in COST_AXES}}
 STEP_TIME_COLUMNS = ["experiment", "arm", "seed", "phase", "seconds_per_step"]
+# the wasted work per step, named as TRL and verl name it (docs/results-format.md): one row per run,
+# each a mean over its steps; NaN where a log predates the field (and for the published logs)
+WASTE_FIELDS = (
+    "num_gen_batches",
+    "rollouts_generated",
+    "rollouts_not_trained",
+    "frac_reward_zero_std",
+    "groups_discarded_zero_std",
+    "groups_discarded_surplus",
+)
+WASTE_COLUMNS = ["experiment", "arm", "seed", *WASTE_FIELDS]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
 ACCURACY_METRICS = ("answer_acc", "format_acc", "both_acc")
 LENGTH_METRIC = "mean_length"
@@ -77,6 +89,7 @@ class Experiment:
     default_baseline: str | None = None
     time_unit: str | None = None  # "s", "min" or "h" for display; None: chosen from the budget
     calibration: dict | None = None  # calibration.json of a budget in baseline steps (pods_bench/calibration.py)
+    waste: pd.DataFrame | None = None  # WASTE_COLUMNS (own runs; None for the published logs)
 
     @property
     def arm_names(self) -> list[str]:

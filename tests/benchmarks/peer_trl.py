@@ -7,8 +7,8 @@ Two workloads (--workload), each an experiment config's GRPO arm as its training
     smollm2  SmolLM2-135M-Instruct (a BPE tokenizer, a chat template, completions of varying length:
              padding matters) with LoRA r 64 on every linear layer, as TRL gets it through peft; 4
              prompts x 8 completions, 16 new tokens, temperature 0.9 (config/smollm2_arith.yaml)
-Both sides get the config's first training prompts rendered once, pods-bench's reward (math-verify in
-its grading pool) as TRL's reward function, top-k/top-p off, beta 0, TRL loss_type "grpo" (=
+Both sides get the prompts pods-bench's trainer draws (in its seeded order) rendered once, pods-bench's
+reward (math-verify in its grading pool) as TRL's reward function, top-k/top-p off, beta 0, TRL loss_type "grpo" (=
 pods-bench's "sequence" aggregation), bf16 and gradient checkpointing off, one thread budget.
 The two trainers run in interleaved pairs whose order alternates (pods-bench first in even pairs, TRL
 first in odd ones), so that a machine that speeds up or slows down, or a first-run advantage, touches
@@ -96,6 +96,7 @@ def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
 
     from pods_bench.model_sources import resolve
     from pods_bench.rewards import RewardFunction, gold_texts
+    from pods_bench.sampling import PromptStream
     from pods_bench.train import load_training_prompts
 
     cfg = pods_bench_config(workload, out / "unused", steps)
@@ -103,9 +104,11 @@ def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(folder)  # the exact tokenizer pods-bench loads
     tokenizer.padding_side = "left"
     problems, prompts, _ = load_training_prompts(cfg, tokenizer)
-    count = cfg.prompts_per_step * steps
-    golds = gold_texts(problems[:count], cfg.reward.grading)
-    dataset = Dataset.from_dict({"prompt": prompts[:count], "gold": golds})
+    # the prompts pods-bench's trainer draws, in its order (a seeded permutation, not the file's order),
+    # so that both sides sample the same problems at every step (TRL reads the dataset in order)
+    order = PromptStream(len(problems), cfg.seed).take(0, cfg.prompts_per_step * steps)
+    golds = gold_texts([problems[i] for i in order], cfg.reward.grading)
+    dataset = Dataset.from_dict({"prompt": [prompts[i] for i in order], "gold": golds})
     grader = RewardFunction(cfg.reward)
 
     # TRL decodes completions without special tokens, which would drop the answer tags of the char

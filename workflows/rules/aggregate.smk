@@ -46,6 +46,12 @@ rule aggregate:
             category="Tables",
             labels={"table": "rollouts, tokens and FLOPs to the threshold"},
         ),
+        report(
+            f"{SUMMARY_DIR}/waste.csv",
+            caption="../report/cost.rst",
+            category="Tables",
+            labels={"table": "wasted work per step (csv)"},
+        ),
         f"{SUMMARY_DIR}/mlperf.csv",
         report(
             f"{SUMMARY_DIR}/mlperf.md",
