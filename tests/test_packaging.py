@@ -97,7 +97,19 @@ def test_make_bench_peer_keeps_the_test_environment_and_its_harness_runs(tmp_pat
     (tmp_path / "results" / "warm_start" / "arith-tiny").symlink_to(smoke_model_dir)
     out = tmp_path / "peer"
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "tests.benchmarks.peer_trl", "--pairs", "2", "--steps", "1", "--out", str(out)]
+    # the PODS arm: pods-bench's PODS beside PODS in TRL (the GRPO arm is the same path with m = n)
+    command = [
+        sys.executable,
+        "-m",
+        "tests.benchmarks.peer_trl",
+        "--arm",
+        "pods_n16_m8",
+        "--pairs",
+        "2",
+        "--steps",
+        "1",
+    ]
+    command += ["--out", str(out)]
     harness = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert harness.returncode == 0, harness.stderr[-3000:]
     pairs = list(csv.DictReader((out / "pairs.csv").open()))
@@ -106,6 +118,10 @@ def test_make_bench_peer_keeps_the_test_environment_and_its_harness_runs(tmp_pat
         assert float(p["ratio_step"]) > 0 and float(p["load_before"]) >= 0
         for side in ("pods-bench", "trl"):  # the same-work figures, measured on both sides
             assert float(p[f"{side}_completion_len_mean"]) > 0 and 0 <= float(p[f"{side}_reward_mean"]) <= 1.2
+    assert (
+        "arm pods_n16_m8: n 16, m 8, rule max_variance; TRL's side: PODSGRPOTrainer"
+        in (out / "summary.md").read_text()
+    )
     steps = list(csv.DictReader((out / "steps.csv").open()))
     assert sorted((s["pair"], s["side"]) for s in steps) == sorted(
         (str(pair), side) for pair in (0, 1) for side in ("pods-bench", "trl")

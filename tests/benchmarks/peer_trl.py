@@ -19,10 +19,14 @@ Phases, the same span on both sides:
                  TRL: _generate_and_score_completions)
     update       forward/backward, optimizer step, weight sync  (pods-bench: update + sync;
                  TRL: the rest of the optimizer step)
+`--arm` picks another of the config's arms; a PODS arm (m < n) runs pods-bench's PODS on one side and
+TRL with pods-bench's integration (pods_bench.integrations.trl.PODSGRPOTrainer: n sampled, m kept by
+the arm's rule, advantages over the m) on the other: PODS in TRL beside pods-bench's PODS.
 "Same work" is measured, not assumed: each side's mean completion length and mean reward over its
 timed steps (pods-bench from its step log, TRL from the completions its reward function grades).
 
-    python -m tests.benchmarks.peer_trl [--workload smoke|smollm2] [--pairs 8] [--steps 15] [--out DIR] [--model DIR]
+    python -m tests.benchmarks.peer_trl [--workload smoke|smollm2] [--arm ARM] [--pairs 8] [--steps 15] [--out DIR]
+                                        [--model DIR]
 prints, per pair and overall, the median seconds per phase of each side and their ratio (pods-bench /
 TRL) with the spread of the per-pair step ratios (range and a 95 % bootstrap interval of their median)
 and the machine's load average; writes the per-step times to <out>/steps.csv, the pairs to
@@ -62,9 +66,15 @@ def pods_bench_config(workload: Workload, out: Path, steps: int):
     """The workload's arm as `pods-bench profile` runs it (its training job's config, no evaluation,
     no checkpoints but the first and last), for `steps` steps."""
     from pods_bench.config import config_from_dict
+    from pods_bench.errors import PodsBenchError
     from pods_bench.planning.profile import arm_configs
 
-    settings, overrides, _ = arm_configs(ROOT / "config" / workload.config, out, check_model=False)[workload.arm]
+    arms = arm_configs(ROOT / "config" / workload.config, out, check_model=False)
+    if workload.arm not in arms:
+        raise PodsBenchError(
+            f"--arm: no arm {workload.arm!r} in config/{workload.config}; choose from {', '.join(arms)}"
+        )
+    settings, overrides, _ = arms[workload.arm]
     if workload.model is not None:
         settings = {**settings, "model": {**settings["model"], "name": str(workload.model.resolve())}}
     return config_from_dict(settings, [*overrides, f"budget.max_steps={steps}"])
@@ -184,7 +194,14 @@ def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
             )
 
     timer = StepTimer()
-    trainer = GRPOTrainer(
+    pods = {}
+    if cfg.selection.m < cfg.selection.n:  # PODS in TRL: pods-bench's integration, the arm's m and rule
+        from pods_bench.integrations.trl import PODSGRPOTrainer as Trainer
+
+        pods = {"pods_m": cfg.selection.m, "pods_rule": cfg.selection.rule}
+    else:
+        Trainer = GRPOTrainer
+    trainer = Trainer(
         model=model,
         reward_funcs=[reward],
         args=args,
@@ -192,6 +209,7 @@ def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
         processing_class=tokenizer,
         callbacks=[timer],
         peft_config=peft_config,
+        **pods,
     )
     generate = trainer._generate_and_score_completions
 
@@ -257,10 +275,12 @@ def summary(pairs: list[dict], steps: int) -> str:
 def main(argv=None) -> int:
     import pandas as pd
 
+    from pods_bench.errors import PodsBenchError
     from pods_bench.io import atomic_write_text, atomic_write_with
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="smoke")
+    p.add_argument("--arm", help="another arm of the workload's config (default: its GRPO arm)")
     p.add_argument("--pairs", type=int, default=8)
     p.add_argument("--steps", type=int, default=15, help="timed steps per run (one more is run as a warm-up)")
     p.add_argument("--out", help="default: results/bench-peer (smoke), results/bench-peer-<workload> (others)")
@@ -269,17 +289,22 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
     workload = WORKLOADS[args.workload]
+    if args.arm:
+        workload = Workload(workload.config, args.arm, workload.model)
     if args.workload == "smoke":
         workload = Workload(workload.config, workload.arm, Path(args.model) if args.model else workload.model)
-        if not (workload.model / "config.json").is_file():
-            from pods_bench.pretrain import PretrainConfig, pretrain
-
-            pretrain(PretrainConfig(), workload.model)
     elif args.model:
         p.error(f"--model applies to the smoke workload only (the {args.workload} workload's model is its config's)")
-    out = Path(
-        args.out or Path("results") / ("bench-peer" if args.workload == "smoke" else f"bench-peer-{args.workload}")
-    )
+    default_out = "bench-peer" if args.workload == "smoke" else f"bench-peer-{args.workload}"
+    out = Path(args.out or Path("results") / (default_out + (f"-{args.arm}" if args.arm else "")))
+    try:
+        pods_bench_config(workload, out / "check", 1)  # a bad --arm fails here, before any run
+    except PodsBenchError as e:
+        p.error(str(e))
+    if workload.model is not None and not (workload.model / "config.json").is_file():
+        from pods_bench.pretrain import PretrainConfig, pretrain
+
+        pretrain(PretrainConfig(), workload.model)
     rows, pairs = [], []
     runners = {"pods-bench": run_pods_bench, "trl": run_trl}
     for pair in range(args.pairs):
@@ -307,7 +332,12 @@ def main(argv=None) -> int:
         for r in pairs
     ]
     atomic_write_with(out / "pairs.csv", lambda tmp: pd.DataFrame(flat).to_csv(tmp, index=False))
-    text = f"Workload: {args.workload} ({workload.config}, arm {workload.arm}).\n\n" + summary(pairs, args.steps)
+    cfg = pods_bench_config(workload, out / "check", 1)
+    trl_side = "PODSGRPOTrainer (PODS in TRL)" if cfg.selection.m < cfg.selection.n else "GRPOTrainer"
+    text = (
+        f"Workload: {args.workload} ({workload.config}, arm {workload.arm}: n {cfg.selection.n}, m "
+        f"{cfg.selection.m}, rule {cfg.selection.rule}; TRL's side: {trl_side}).\n\n" + summary(pairs, args.steps)
+    )
     atomic_write_text(out / "summary.md", text)
     print("\n" + text, end="")
     return 0
