@@ -194,6 +194,32 @@ def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():
     assert restored.state_dict() == g.state_dict()
 
 
+def test_dynamic_sampling_shortfall_refill_samples_the_batch_then_what_is_missing():
+    fixed = make_allocator(make_cfg("dynamic_sampling", P=8), NUM_PROMPTS)
+    assert [fixed.round_size(i, 1, 0.5) for i in (0, 1)] == [24, 24]  # DAPO: 3 x P every round
+    s = make_allocator(make_cfg("dynamic_sampling", P=8, refill="shortfall"), NUM_PROMPTS)
+    assert s.round_size(0, 8, None) == 8  # the batch, as if every group were informative
+    assert s.round_size(1, 3, 0.5) == 6  # 3 missing at half informative: ceil(3 / 0.5)
+    assert s.round_size(1, 3, 0.0) == 3  # never fewer than missing
+    assert s.round_size(1, 7, 0.75) == 24  # ceil(7 / 0.25) = 28, capped at 3 x P
+    assert s.round_size(1, 2, 1.0) == 24  # nothing informative yet: the cap
+
+    # the hand-worked step of the fixed-size test with P = 2: round 1 draws 2 prompts (one mixed), round
+    # 2 the 1 missing over an informative share of 1/2 = 2 prompts (one mixed): nothing surplus
+    order = stream_order()
+    rates = dict.fromkeys(range(NUM_PROMPTS), 1.0) | {order[1]: 0.5, order[3]: 0.25}
+    cfg = make_cfg("dynamic_sampling", P=2, refill="shortfall")
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert [c[0] for c in sampler.calls_made] == [order[0:2], order[2:4]]
+    assert batch.prompt == [order[1], order[3]]
+    assert (stats["groups_sampled"], stats["groups_discarded_zero_std"], stats["groups_discarded_surplus"]) == (
+        4,
+        2,
+        0,
+    )
+
+
 def test_greso_refill_round_size_follows_the_zero_variance_share():
     g = make_allocator(make_cfg("greso", P=8), NUM_PROMPTS)
     assert g.round_size(0, 8, None) == 12  # 1.5 x P

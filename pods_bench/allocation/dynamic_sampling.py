@@ -8,6 +8,12 @@ last round is discarded and its prompts are consumed (not seen again this epoch)
 `max_rounds` rounds without P groups verl raises (L274-L284); here that is `when_short`. No state
 is kept across steps.
 
+`refill: shortfall` (not in DAPO) sizes the rounds to the batch instead: the first round draws P
+prompts, each later one the shortfall scaled by the last round's share of informative groups,
+ceil(missing / (1 - zero_share)), between `missing` and `prompts_per_round`. A fixed 3P round draws
+three batches' worth of prompts even when one more group is missing; the surplus it discards is
+most of the waste on the rollouts axis (docs/allocation.md).
+
 `metric` decides what must differ within a group: "correct" (verl's filter_groups.metric acc, as the
 DAPO recipe sets it) or "reward" (the trained reward: with format shaping an all-wrong group can
 still differ in its format terms, and so still have an advantage).
@@ -15,6 +21,7 @@ still differ in its format terms, and so still have an advantage).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +44,9 @@ class DynamicSamplingConfig(RoundsConfig):
     # what must differ within a group for it to train: "correct" (verl's filter_groups.metric acc, the
     # DAPO recipe) or "reward" (the trained reward: with format shaping an all-wrong group can differ)
     metric: Literal["correct", "reward"] = "correct"
+    # "fixed": every round draws prompts_per_round (DAPO); "shortfall": P first, then the shortfall over
+    # the last round's informative share, at most prompts_per_round
+    refill: Literal["fixed", "shortfall"] = "fixed"
 
     def __post_init__(self):
         self._check("dynamic_sampling")
@@ -59,7 +69,15 @@ class DynamicSampling(AllocationStrategy):
     def round_size(self, round_index: int, missing: int, zero_share: float | None) -> int:
         """Prompts to roll out in round `round_index` (0-based), `missing` groups short, after a round
         whose share of all-equal groups was `zero_share` (None before the first)."""
-        return self.settings.prompts_per_round or 3 * self.cfg.prompts_per_step
+        P = self.cfg.prompts_per_step
+        largest = self.settings.prompts_per_round or 3 * P
+        if self.settings.refill == "fixed":
+            return largest
+        if round_index == 0:
+            return min(P, largest)
+        informative = 1 - zero_share
+        wanted = largest if informative <= 0 else math.ceil(missing / informative)
+        return min(max(wanted, missing), largest)
 
     def candidates(self, sampler: RolloutSampler, count: int, round_index: int) -> tuple[list[int], int]:
         """(prompts to roll out, prompts drawn in all): here the next `count` prompts."""
