@@ -606,3 +606,41 @@ def test_cppo_keeps_the_advantages_over_all_n_and_prunes_over_the_batch():
     kept = keep_rollouts(groups, cppo_cfg("group", "kept"), torch.Generator())
     assert all(isinstance(s, KeptRollout) for s in kept.sequences)
     assert kept.sequences[0].advantage == pytest.approx(0.5 / (0.7071 + 1e-4), rel=1e-3)
+
+
+# --- RAGEN-2's reward-variance filter ---------------------------------------------------------------
+
+
+def test_the_reward_variance_filter_keeps_the_highest_std_groups_worked_by_hand():
+    from pods_bench.allocation.reward_variance_filter import kept_groups
+
+    stds = [0.5, 0.0, 0.4, 0.1, 0.5]  # summed 1.5: top-p 0.9 needs 1.35 - 0.01 = 1.34
+    assert kept_groups(stds, "top_p", 0.9, False) == [0, 2, 4]  # 0.5 + 0.5 + 0.4 = 1.4 (ties: draw order)
+    assert kept_groups(stds, "top_p", 0.5, False) == [0, 4]  # 0.5 < 0.74 <= 1.0
+    assert kept_groups(stds, "top_p", 1.0, True) == [0, 1, 2, 3, 4]  # RAGEN's "no filter" preset
+    assert kept_groups(stds, "top_k", 0.5, True) == [0, 4]  # int(0.5 x 5) = 2
+    assert kept_groups(stds, "top_k", 1.0, False) == [0, 2, 3, 4]  # zero std excluded first
+    assert kept_groups([0.0, 0.0], "top_p", 0.9, False) == []  # nothing varies: nothing trains
+    assert kept_groups([0.0, 0.0], "top_k", 0.1, True) == [0]  # top_k keeps at least one
+
+
+def test_the_reward_variance_filter_trains_a_short_batch_and_counts_why():
+    order = stream_order()
+    # P = 4 groups of 8: pass rates 0.5, 1, 0.25, 0.125: stds 0.5, 0, 0.433, 0.331 (sum 1.264);
+    # top-p 0.9 needs 1.128: 0.5 + 0.433 = 0.933, + 0.331 = 1.264: all three that vary
+    rates = {order[0]: 0.5, order[1]: 1.0, order[2]: 0.25, order[3]: 0.125}
+    cfg = make_cfg("reward_variance_filter", P=4)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert batch.prompt == [order[0], order[2], order[3]]
+    assert stats == {
+        "num_gen_batches": 1,
+        "groups_sampled": 4,
+        "groups_discarded_zero_std": 1,
+        "groups_discarded_low_std": 0,
+    }
+    # top-p 0.6 (0.748 needed): the two highest, the 0.125 group discarded for its low std
+    cfg = make_cfg("reward_variance_filter", P=4, value=0.6)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert batch.prompt == [order[0], order[2]] and stats["groups_discarded_low_std"] == 1
+    with pytest.raises(PodsBenchError, match="reward_variance_filter.value must be in"):
+        make_cfg("reward_variance_filter", value=1.5)

@@ -45,6 +45,7 @@ def test_the_page_documents_every_field_of_the_step_record_and_nothing_else():
         "groups_sampled",
         "groups_discarded_zero_std",
         "groups_discarded_surplus",
+        "groups_discarded_low_std",
         "prompts_skipped",
         "p_easy",
         "p_hard",
@@ -68,6 +69,7 @@ ONE_STEP_SETTINGS = {
     "pilot_commit": {"when_short": "train", "max_rounds": 1},
     "vigor": {"rounds": 2},  # 4 prompts x 2 rollouts, then 2 x 4: the P x n = 16 of the budget
     "hora": {"probe_rollouts": 2},
+    "reward_variance_filter": {},
 }
 
 

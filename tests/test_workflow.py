@@ -68,8 +68,8 @@ EXPECTED_JOBS = {
     "rule_ablation": per_experiment(3 * 10),
     "h100x8": per_experiment(2 * 5, separate_eval=False),  # evaluated inline every 2 minutes
     "a100x8": per_experiment(2 * 5, separate_eval=False),
-    # allocation strategies (docs/allocation.md): 11 arms on CPU, 8 at the paper's scale
-    "strategies": per_experiment(11 * 8, separate_eval=False, warm_start=True, calibrated=True),
+    # allocation strategies (docs/allocation.md): 13 arms on CPU, 8 at the paper's scale
+    "strategies": per_experiment(13 * 8, separate_eval=False, warm_start=True, calibrated=True),
     "strategies_gsm8k": per_experiment(8 * 5),
     "strategies_repeat": per_experiment(7 * 8, warm_start=True),  # the same on 128 prompts
     # the step-time model's validation arms (docs/cost-model.md; run by `pods-bench profile`)

@@ -184,9 +184,16 @@ SHORT_STRATEGIES = {
 
 # Arms of config/strategies.yaml that the end-to-end run trains: the baseline, a strategy with state
 # across steps and a selection rule inside, CPPO's batch pruning with its larger prompt batch, and
-# groups of different sizes. Every arm's config is resolved by the dry runs (tests/test_workflow.py)
-# and every strategy trains in tests/test_allocation_training.py.
-STRATEGY_ARMS_RUN = ("grpo_n16_m16", "pilot_commit_pods_n16_m8", "cppo_n16_m8", "vigor_n16_m16")
+# groups of different sizes, and RAGEN-2's filter (batches shorter than P). Every arm's config is
+# resolved by the dry runs (tests/test_workflow.py) and every strategy trains in
+# tests/test_allocation_training.py or tests/test_results_format.py.
+STRATEGY_ARMS_RUN = (
+    "grpo_n16_m16",
+    "pilot_commit_pods_n16_m8",
+    "cppo_n16_m8",
+    "vigor_n16_m16",
+    "ragen_filter_n16_m16",
+)
 
 
 def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
@@ -208,3 +215,10 @@ def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
     cost = pd.read_csv(exp / "summary" / "cost.csv")
     assert set(cost["axis"]) == {"rollouts", "tokens", "flops"} and set(cost["arm"]) == set(arms)
     assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == set(arms)
+    # the wasted work per arm: GRPO trains every rollout it samples, the filter does not
+    waste = pd.read_csv(exp / "summary" / "waste.csv").set_index("arm")
+    assert set(waste.index) == set(arms) and waste.loc["grpo_n16_m16", "rollouts_not_trained"] == 0
+    ragen = waste.loc["ragen_filter_n16_m16"]
+    assert ragen["rollouts_not_trained"] == 16 * (
+        ragen["groups_discarded_zero_std"] + ragen["groups_discarded_low_std"]
+    )

@@ -18,6 +18,8 @@ composes with every rule (Pilot-Commit + max_variance is PODS inside Pilot-Commi
                     growing numbers of rollouts; groups of different sizes
   hora              HORA: a probe of G0 rollouts per prompt, the rest of the budget by marginal hit
                     utility under a Beta posterior; groups of different sizes
+  reward_variance_filter  RAGEN-2: the next P prompts, n rollouts each; train only the groups whose
+                    reward std is highest (top-p of the summed std, or top-k), no refill
 
 Each strategy registers itself in its own module with its settings dataclass, which the config
 types as the section `allocation.<strategy>` (pods_bench/plugins.py); its per-prompt state is saved
@@ -33,6 +35,7 @@ from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy
 from pods_bench.allocation import uniform  # noqa: E402, F401
 from pods_bench.allocation import dynamic_sampling, greso, pilot_commit  # noqa: E402, F401
 from pods_bench.allocation import vigor, hora  # noqa: E402, F401
+from pods_bench.allocation import reward_variance_filter  # noqa: E402, F401
 # isort: on
 
 __all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "make_allocator"]

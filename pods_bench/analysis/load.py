@@ -267,7 +267,8 @@ def _waste_per_step(steps: list[dict]) -> dict[str, float]:
     if {"groups_trained", "prompts_kept"} <= set(log):
         filtered = log["groups_trained"] - log["prompts_kept"]
         log["groups_discarded_zero_std"] = log.get("groups_discarded_zero_std", 0) + filtered
-        log["groups_discarded_surplus"] = log.get("groups_discarded_surplus", 0)
+        for reason in ("groups_discarded_surplus", "groups_discarded_low_std"):
+            log[reason] = log.get(reason, 0)
     return {f: float(log[f].mean()) if f in log else np.nan for f in WASTE_FIELDS}
 
 

@@ -432,6 +432,7 @@ def waste_markdown(summary: Summary) -> str:
             "frac_reward_zero_std": number(r["frac_reward_zero_std"], 3),
             "Groups discarded: zero std": number(r["groups_discarded_zero_std"], 2),
             "Groups discarded: surplus": number(r["groups_discarded_surplus"], 2),
+            "Groups discarded: low std": number(r["groups_discarded_low_std"], 2),
         }
         for _, r in waste.iterrows()
     ]

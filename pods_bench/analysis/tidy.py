@@ -66,6 +66,7 @@ WASTE_FIELDS = (
     "frac_reward_zero_std",
     "groups_discarded_zero_std",
     "groups_discarded_surplus",
+    "groups_discarded_low_std",
 )
 WASTE_COLUMNS = ["experiment", "arm", "seed", *WASTE_FIELDS]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
