@@ -231,6 +231,19 @@ def test_greso_refill_round_size_follows_the_zero_variance_share():
 # --- Pilot-Commit --------------------------------------------------------------------------------------
 
 
+def test_pilot_commit_pass_window_includes_both_ends():
+    """n_p = 8 pilots: pass rates 1/8 and 6/8 are the window's ends [0.125, 0.75] and are buffered;
+    0/8 and 7/8 just outside it are not (an exclusive end at either side fails here)."""
+    order = stream_order()
+    rates = {order[0]: 0.0, order[1]: 0.125, order[2]: 0.75, order[3]: 0.875}
+    cfg = make_cfg("pilot_commit", n=16, P=2, pilot_prompts=4, pilot_rollouts=8, max_rounds=1, when_short="train")
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    batch, stats = pc.collect(ScriptedSampler(cfg, rates))
+    assert len(batch) == 0 and stats["prompts_buffered"] == 2  # round 1 pilots only; nothing to commit yet
+    assert sorted(pc.buffer) == sorted([order[1], order[2]])
+    assert pc.evicted == set()  # 7/8 is below the solve threshold 1
+
+
 def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
     order = stream_order()
     # n = 8: n_p = 2 pilot rollouts, n_c = 6 commit rollouts; pass window [0.125, 0.75]
