@@ -282,6 +282,12 @@ def test_groups_of_different_sizes_keep_m_or_all_and_their_advantages_are_per_gr
     # DAPO's filter drops the all-equal groups of any size
     c = choose(rewards, _selection(rule="all", n=4, m=4, filter_uniform_groups=True))
     assert c.groups == [0, 1] and c.rows.tolist() == [0, 0, 1, 1, 1, 1]
+    # a filtered group before the kept ones: each kept rollout is its own group's (its reward at its column)
+    ragged = [torch.tensor(r, dtype=torch.float64) for r in ([1.0] * 4, [0.0, 1.0, 1.0, 0.0], [1.0, 0.0])]
+    c = choose(ragged, _selection(rule="all", n=4, m=4, filter_uniform_groups=True))
+    assert c.groups == [1, 2] and c.rows.tolist() == [0, 0, 0, 0, 1, 1]
+    assert c.rewards.tolist() == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    assert [ragged[c.groups[r]][col].item() for r, col in zip(c.rows.tolist(), c.cols.tolist())] == c.rewards.tolist()
 
 
 def test_groups_of_one_size_as_a_list_choose_exactly_as_the_matrix():
