@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pods_bench.allocation import ALLOCATION_STRATEGIES, make_allocator
+from pods_bench.allocation.vigor import VigorConfig
 from pods_bench.config import config_from_dict, validate
 from pods_bench.errors import PodsBenchError
 from pods_bench.sampling import Graded, Groups, PromptStream, RolloutSampler
@@ -468,6 +469,53 @@ class TaggedSampler(ScriptedSampler):
         call = len(self.calls_made)
         local.completion_ids = [[[p, call, row, j] for j in range(k)] for row, p in enumerate(local.prompt)]
         return local, everyone
+
+
+class RoundSampler(ScriptedSampler):
+    """Scripted rewards that change from one sampling call to the next: `script[call][prompt]` is
+    the k rewards prompt gets in that call (any real values; correct = reward above 0.5)."""
+
+    def __init__(self, cfg, script: list[dict[int, list[float]]]):
+        super().__init__(cfg, {})
+        self.script = script
+
+    def sample(self, prompts, k, owners=None, repeats=1):
+        call = len(self.calls_made)
+        self.calls_made.append((list(prompts), k))
+        rewards = np.array([self.script[call][p] for p in prompts], dtype=float).reshape(len(prompts), k)
+        correct = (rewards > 0.5).astype(float)
+        local = Groups(
+            list(prompts),
+            [[p] for p in prompts],
+            [[[p, call, j] for j in range(k)] for p in prompts],
+            rewards,
+            correct,
+            np.zeros_like(rewards),
+            [self.step] * len(prompts),
+        )
+        everyone = [Graded(p, 0, row, tuple(rewards[row]), tuple(correct[row])) for row, p in enumerate(prompts)]
+        return local, everyone
+
+
+def test_vigor_keeps_its_share_and_ranks_by_the_variance_of_all_rewards_so_far():
+    # keep_share 0.25 (alpha x gamma = 1 with gamma 4): 16 prompts, then 4, then 1
+    schedule = VigorConfig(initial_rollouts=1, keep_share=0.25, growth=4, rounds=3).schedule(16)
+    assert schedule == [(16, 1), (4, 4), (1, 16)]
+    # P = 4, m0 = 2, alpha 0.5, gamma 2, T = 3: active 4, 2, 1. Round 1: A [1, 0] and B [0.6, 0.4] vary
+    # (C, D do not). Round 2: A [1, 1, 1, 1] (this round's variance 0; all six 0.139), B [0.4, 0.6,
+    # 0.4, 0.6] (this round's 0.01; all six 0.01): the cumulative variance keeps A, the last round's B
+    order = stream_order()
+    a, b, c, d = order[:4]
+    script = [
+        {a: [1, 0], b: [0.6, 0.4], c: [1, 1], d: [0, 0]},
+        {a: [1, 1, 1, 1], b: [0.4, 0.6, 0.4, 0.6]},
+        {a: [1, 0, 1, 0, 1, 0, 1, 0], b: [0.5] * 8},
+    ]
+    cfg = make_cfg("vigor", n=6, m=6, P=4, initial_rollouts=2, keep_share=0.5, growth=2, rounds=3)
+    sampler = RoundSampler(cfg, script)
+    batch, _ = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert sampler.calls_made == [([a, b, c, d], 2), ([a, b], 4), ([a], 8)]
+    assert batch.sizes == [14, 6, 2, 2]
 
 
 @pytest.mark.parametrize("strategy", ["vigor", "hora"])
