@@ -195,6 +195,25 @@ def test_the_verdict_says_when_the_peak_band_is_within_evaluation_noise(tmp_path
     assert verdict.startswith("pods reached 0.99 x grpo's peak 2.00x sooner")
     within = "the band from T to grpo's peak, 0.90 points, is narrower than the evaluation noise of the mean, 2.74"
     assert (within in verdict) == (n_problems == 20), verdict
+    # on 200 problems no "within noise" sentence of any wording (e.g. against one run's SE, 1.50 points)
+    assert ("narrower than the evaluation noise" in verdict) == (n_problems == 20), verdict
+
+
+def test_the_noise_at_t_is_the_binomial_se_of_the_baseline_where_it_reaches_t(tmp_path, monkeypatch):
+    """GRPO peaks at 0.92 (40 s) and ends at 0.91: T = 0.9108 is first reached at 40 s, so the noise
+    is that of accuracy 0.92, not of the last checkpoint's 0.91."""
+    from pods_bench.analysis.tables import AnalysisOptions, noise_at_threshold, summarize
+
+    monkeypatch.setitem(CURVES, "grpo", [0.2, 0.4, 0.6, 0.8, 0.92, 0.91])
+    root = tmp_path / "results" / "noise"
+    for arm in CURVES:
+        for seed in JITTER:
+            write_run(root, arm, seed)
+    (exp,), _ = load_experiments(root, progress=False)
+    noise = noise_at_threshold(summarize(exp, AnalysisOptions(n_bootstrap=0), progress=False))
+    se = (0.92 * 0.08 / (200 * 2)) ** 0.5  # 200 problems, 2 repeats
+    assert noise.se_run == pytest.approx(se, rel=1e-9) and noise.se_mean == pytest.approx(se / 3**0.5, rel=1e-9)
+    assert noise.band == pytest.approx(0.01 * 0.92) and noise.seeds == 3
 
 
 def test_a_checkpoint_only_some_seeds_reached_gets_no_band():
