@@ -666,9 +666,7 @@ def test_the_published_l40s_calibration_matches_the_doc():
     from the logs in ../shared, so the page cannot drift from the code."""
     from pods_bench.planning.calibrate import published_l40s
 
-    logs = Path(os.environ.get("PODS_BENCH_DATA_DIR", ROOT.parent / "shared" / "data")) / "pods-paper-logs"
-    if not logs.is_dir():
-        pytest.skip(f"no published logs at {logs}")
+    logs = published_logs()
     rows, model = published_l40s(
         logs, ROOT / "config" / "gsm8k_n_scaling.yaml", ROOT / "config" / "gsm8k_m_scaling.yaml"
     )
@@ -772,9 +770,10 @@ def test_the_smollm2_update_memory_is_the_committed_measurement():
 
 
 def published_logs() -> Path:
+    """The paper's logs in the data folder; a mis-set folder fails (as the data fixture does), never skips."""
     logs = Path(os.environ.get("PODS_BENCH_DATA_DIR", ROOT.parent / "shared" / "data")) / "pods-paper-logs"
     if not logs.is_dir():
-        pytest.skip(f"no published logs at {logs}")
+        pytest.fail(f"no published logs at {logs}; set PODS_BENCH_DATA_DIR to the data folder")
     return logs
 
 
