@@ -116,6 +116,9 @@ def test_make_bench_peer_keeps_the_test_environment_and_its_harness_runs(tmp_pat
     assert [p["first"] for p in pairs] == ["pods-bench", "trl"]  # the order alternates
     for p in pairs:
         assert float(p["ratio_step"]) > 0 and float(p["load_before"]) >= 0
+        for phase in ("generation", "update", "step"):  # pods-bench over TRL, not the inverse
+            ours, theirs = float(p[f"pods-bench_{phase}"]), float(p[f"trl_{phase}"])
+            assert float(p[f"ratio_{phase}"]) == pytest.approx(ours / theirs)
         for side in ("pods-bench", "trl"):  # the same-work figures, measured on both sides
             assert float(p[f"{side}_completion_len_mean"]) > 0 and 0 <= float(p[f"{side}_reward_mean"]) <= 1.2
     assert (
