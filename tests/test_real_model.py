@@ -183,7 +183,9 @@ def test_vllm_samples_smollm2_with_the_trainers_log_probs(smollm2):
 
 # The paper's configs with SmolLM2 in place of Qwen2.5-3B: one seed, two steps of short completions,
 # two evaluation problems; the rest of each recipe (LoRA r 64, lr, temperature, rewards, prompts) as
-# configured. GSM8K on one process; MATH on two (gloo), each process its share of the prompts.
+# configured. GSM8K's PODS arm on one process; MATH's GRPO arm on two (gloo), each process its share
+# of the prompts. One arm each (the other arm of a config runs the same code with other n, m): both
+# kinds of arm, both process counts, in half the time of every arm of both.
 def overlay(hardware: str, steps: int) -> dict:
     """The experiment-config overlay that swaps the model and shortens the run."""
     return {
@@ -203,11 +205,15 @@ def overlay(hardware: str, steps: int) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("experiment", "hardware", "eval_set"), [("gsm8k_main", "cpu", "gsm8k"), ("math_main", "cpu_ddp", "math500")]
+    ("experiment", "arm", "hardware", "eval_set"),
+    [("gsm8k_main", "pods_n64_m16", "cpu", "gsm8k"), ("math_main", "grpo_n8_m8", "cpu_ddp", "math500")],
 )
-def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, experiment, hardware, eval_set):
+def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, experiment, arm, hardware, eval_set):
+    config = yaml.safe_load((CONFIG_DIR / f"{experiment}.yaml").read_text())
+    config = {**config, "arms": {arm: config["arms"][arm]}, "analysis": {**config["analysis"], "baseline": arm}}
     settings = overlay(hardware, steps=2)
     settings["eval_benchmarks"] = [eval_set]
+    (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(config))
     override = tmp_path / "smollm2.yaml"
     override.write_text(yaml.safe_dump(settings))
     out = snakemake(
@@ -215,19 +221,23 @@ def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, exper
         "--cores",
         "2",
         "--configfile",
-        str(CONFIG_DIR / f"{experiment}.yaml"),
+        str(tmp_path / "experiment.yaml"),
         str(override),
         env={"PODS_BENCH_DATA_DIR": str(data_dir)},
         timeout=1500,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    for run_dir in (tmp_path / "results" / experiment / "runs").glob("*/seed1"):
+    run_dirs = list((tmp_path / "results" / experiment / "runs").glob("*/seed1"))
+    assert [d.parent.name for d in run_dirs] == [arm]
+    for run_dir in run_dirs:
         run = json.loads((run_dir / "run.json").read_text())
         assert run["status"] == "finished" and run["hardware"]["world_size"] == (2 if hardware == "cpu_ddp" else 1)
         assert run["model_source"]["sha256"] == resolve(SMOLLM2).record["sha256"]
         assert run["config"]["lora"]["enabled"] and run["config"]["model"]["name"] == SMOLLM2
         steps = read_jsonl(run_dir / "train_log.jsonl")
         assert [s["step"] for s in steps] == [1, 2]
+        n, m = config["arms"][arm]["n"], config["arms"][arm]["m"]
+        assert all((s["n"], s["m"], s["rollouts_not_trained"]) == (n, m, s["prompts"] * (n - m)) for s in steps)
         assert all(s["generated_tokens"] > 0 and s["grad_norm"] >= 0 and s["reward_failures"] == 0 for s in steps)
         records = read_jsonl(run_dir / "eval.jsonl")
         assert {r["benchmark"] for r in records} == {eval_set} and {r["step"] for r in records} >= {0, 2}
