@@ -105,7 +105,8 @@ def test_main_grades_with_the_real_grader_and_writes_the_disagreements(subset, d
     CSV equal what the subset's grading gives for that file."""
     graded, _ = subset
     out, name = tmp_path / "disagreements.csv", "base-qwen.json"
-    assert ga.main(["--logs", str(data_dir / "pods-paper-logs"), "--files", name, "--out", str(out)]) == 0
+    logs = str(data_dir / "pods-paper-logs")
+    assert ga.main(["--logs", logs, "--files", name, "--out", str(out), "--data-dir", str(data_dir)]) == 0
     mine = graded[graded["file"] == name].reset_index(drop=True)
     expected = ga.disagreements(mine)
     printed = capsys.readouterr().out
