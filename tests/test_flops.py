@@ -23,7 +23,8 @@ def counter(**sections) -> tuple[FlopsCounter, int]:
 
 
 def test_the_weights_are_every_linear_layer_and_the_passes_follow_the_config():
-    c, vocab = counter()
+    # the passes are set here, not taken from the config's defaults: no reference pass unless asked
+    c, vocab = counter(loss={"beta": 0.0, "reference_forward": False})
     # per layer q 64x64, k 64x32, v 64x32, o 64x64, gate / up 64x192, down 192x64; the (tied) LM head
     per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 192
     assert c.weights == 2 * per_layer + vocab * 64
@@ -40,3 +41,4 @@ def test_the_weights_are_every_linear_layer_and_the_passes_follow_the_config():
     assert counter(model={"gradient_checkpointing": True})[0].update_passes == 4.0
     assert counter(optim={"updates_per_batch": 2})[0].update_passes == pytest.approx(3 * 2 + 1)
     assert counter(loss={"beta": 0.04})[0].reference_passes == 1
+    assert counter(loss={"beta": 0.0, "reference_forward": True})[0].reference_passes == 1  # the paper's 1-GPU pass
