@@ -94,8 +94,8 @@ smoke: $(VENV)/.installed-run
 # runs do not use (config/targets/smoke_reference.yaml), then the target from their knee (~12 min on 2 cores)
 SMOKE_REFERENCE_RUNS := $(foreach seed,10 11 12 13,results/smoke_reference/runs/grpo_n16_m16/seed$(seed)/train.done)
 smoke-target: $(VENV)/.installed-run
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --profile profiles/local \
-		--configfile config/smoke.yaml config/targets/smoke_reference.yaml $(SMOKE_REFERENCE_RUNS)
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake $(SMOKE_REFERENCE_RUNS) --profile profiles/local \
+		--configfile config/smoke.yaml config/targets/smoke_reference.yaml
 	$(BIN)/pods-bench target results/smoke_reference --arm grpo_n16_m16
 
 # The step-time model's CPU validation, docs/cost-model.md (a): 12 timed steps of each arm of
