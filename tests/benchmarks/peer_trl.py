@@ -298,7 +298,7 @@ def main(argv=None) -> int:
     default_out = "bench-peer" if args.workload == "smoke" else f"bench-peer-{args.workload}"
     out = Path(args.out or Path("results") / (default_out + (f"-{args.arm}" if args.arm else "")))
     try:
-        pods_bench_config(workload, out / "check", 1)  # a bad --arm fails here, before any run
+        cfg = pods_bench_config(workload, out / "check", 1)  # a bad --arm fails here, before any run
     except PodsBenchError as e:
         p.error(str(e))
     if workload.model is not None and not (workload.model / "config.json").is_file():
@@ -332,7 +332,6 @@ def main(argv=None) -> int:
         for r in pairs
     ]
     atomic_write_with(out / "pairs.csv", lambda tmp: pd.DataFrame(flat).to_csv(tmp, index=False))
-    cfg = pods_bench_config(workload, out / "check", 1)
     trl_side = "PODSGRPOTrainer (PODS in TRL)" if cfg.selection.m < cfg.selection.n else "GRPOTrainer"
     text = (
         f"Workload: {args.workload} ({workload.config}, arm {workload.arm}: n {cfg.selection.n}, m "
