@@ -611,7 +611,15 @@ def test_bad_allocation_settings_are_one_line(overrides, message):
 
 
 def test_every_strategy_is_registered_and_composes_with_every_rule():
-    assert set(ALLOCATION_STRATEGIES) == {"uniform", "dynamic_sampling", "greso", "pilot_commit", "vigor", "hora"}
+    assert set(ALLOCATION_STRATEGIES) == {
+        "uniform",
+        "dynamic_sampling",
+        "greso",
+        "pilot_commit",
+        "vigor",
+        "hora",
+        "reward_variance_filter",
+    }
     for strategy in ALLOCATION_STRATEGIES:
         for rule, m in [("max_variance", 4), ("random", 4), ("max_abs_advantage", 4), ("all", 8)]:
             cfg = config_from_dict(

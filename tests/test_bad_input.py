@@ -284,7 +284,7 @@ CASES = [
         train_config(),
         TRAIN + " --set allocation.strategy=dapo",
         "pods-bench: error: config key allocation.strategy: unknown strategy 'dapo'; "
-        "choose from uniform, dynamic_sampling, greso, pilot_commit, vigor, hora",
+        "choose from uniform, dynamic_sampling, greso, pilot_commit, vigor, hora, reward_variance_filter",
         NO_RUN,
     ),
     Case(
@@ -446,7 +446,7 @@ CASES = [
         aggregated_run("train_log.jsonl", 4),
         "pods-bench aggregate {tmp}/results/exp --out {tmp}/out",
         "pods-bench: error: {tmp}/results/exp: nothing could be loaded: {tmp}/results/exp/runs/grpo/seed0: skipped "
-        "({tmp}/results/exp/runs/grpo/seed0/train_log.jsonl: line 4 is not valid JSON (Unterminated string starting at))",
+        "({tmp}/results/exp/runs/grpo/seed0/train_log.jsonl: line 4 is not valid JSON (Expecting ',' delimiter))",
         "nothing: the earlier summary in `{tmp}/out/exp/summary/` unchanged",
     ),
     Case(
