@@ -137,6 +137,11 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     speedups = pd.read_csv(exp / "summary" / "speedups.csv")
     assert set(speedups["arm"]) == {"grpo_n16_m16", "pods_n16_m8"}
     assert speedups.set_index("arm").loc["pods_n16_m8", "paired_seeds"]  # so the analysis pairs them
+    # config/smoke.yaml fixes the MLPerf target (`make smoke-target`), so both arms have a row at it
+    mlperf = pd.read_csv(exp / "summary" / "mlperf.csv")
+    target = yaml.safe_load((CONFIG_DIR / "smoke.yaml").read_text())["analysis"]["target"]
+    assert sorted(mlperf["arm"]) == ["grpo_n16_m16", "pods_n16_m8"]
+    assert (mlperf["target"] == target).all() and (mlperf["n_runs"] == 2).all()
     # the budget: 3 of the baseline's steps timed here before the runs, the same seconds for every arm
     calibration = json.loads((exp / "calibration" / "calibration.json").read_text())
     # two training jobs at once on --cores 2: two timed runs side by side, one step timed in each
