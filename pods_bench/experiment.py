@@ -77,6 +77,23 @@ class WarmStart:
     steps: int | None = None
     seconds: float | None = None
     seed: int = 0
+    # several warm starts, one per pretraining seed (replacing `seed`): run seed k starts from the
+    # warm start of seeds[k % len(seeds)], so that a conclusion can be checked on each of them
+    # (summary/robustness.md); None: the one warm start of `seed`
+    seeds: list[int] | None = None
+
+    @property
+    def pretraining_seeds(self) -> list[int]:
+        return list(self.seeds) if self.seeds else [self.seed]
+
+    def pretraining_seed_of_run(self, run_seed: int) -> int:
+        seeds = self.pretraining_seeds
+        return seeds[int(run_seed) % len(seeds)]
+
+    def folder_name(self, pretraining_seed: int) -> str:
+        """Its folder under results/warm_start/: `name` for seed 0 (shared with the experiments that
+        use the one default warm start), `name-seed<k>` for the others."""
+        return self.name if pretraining_seed == 0 else f"{self.name}-seed{pretraining_seed}"
 
 
 @dataclass
@@ -133,6 +150,11 @@ class Experiment:
                 f"config key budget_in_baseline_steps counts the steps of analysis.baseline: set it to one of the arms "
                 f"({', '.join(self.arms)}), got {baseline!r}",
             )
+        starts = self.warm_start.pretraining_seeds
+        require(
+            len(starts) <= len(self.seeds),
+            f"config key warm_start.seeds: {len(starts)} warm starts need at least as many run seeds, got {len(self.seeds)}",
+        )
 
     @classmethod
     def from_config(cls, config: dict) -> Experiment:
@@ -279,8 +301,17 @@ def reject_workflow_keys(keys, where: str) -> None:
             raise PodsBenchError(f"config key {where}{key} is set by the workflow: use {owner} instead")
 
 
-def warm_start_dir(experiment: Experiment) -> str:
-    return layout.warm_start_dir(experiment.warm_start.name)
+def warm_start_dir(experiment: Experiment, run_seed: int | None = None) -> str:
+    """The folder of the warm start that run seed `run_seed` starts from (None: the first run seed's)."""
+    warm = experiment.warm_start
+    seed = warm.pretraining_seed_of_run(experiment.seeds[0] if run_seed is None else run_seed)
+    return layout.warm_start_dir(warm.folder_name(seed))
+
+
+def warm_start_folders(experiment: Experiment) -> dict[str, int]:
+    """Folder name under results/warm_start/ -> its pretraining seed, for every warm start the runs use."""
+    warm = experiment.warm_start
+    return {warm.folder_name(seed): seed for seed in warm.pretraining_seeds}
 
 
 def _train_base(experiment: Experiment, root: Path) -> dict:
@@ -324,7 +355,10 @@ def arm_overrides(experiment: Experiment, arm: str) -> list[str]:
 
 
 def run_overrides(experiment: Experiment, arm: str, seed) -> list[str]:
-    return arm_overrides(experiment, arm) + [f"seed={seed}", f"output_dir={experiment.layout.run(arm, seed)}"]
+    items = arm_overrides(experiment, arm) + [f"seed={seed}", f"output_dir={experiment.layout.run(arm, seed)}"]
+    if experiment.warm_start.enabled and len(experiment.warm_start.pretraining_seeds) > 1:
+        items.append(f"model.name={warm_start_dir(experiment, int(seed))}")  # this seed's warm start
+    return items
 
 
 def resolve_runs(experiment: Experiment, hardware: dict, root: Path = ROOT) -> tuple[dict, dict]:

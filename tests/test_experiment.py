@@ -295,3 +295,24 @@ def test_one_address_book_for_the_experiment_layout():
     assert default.output_dir == where.run("pods_n16_m8", 3)
     assert where.train_done("{arm}", "{seed}") == "results/smoke/runs/{arm}/seed{seed}/train.done"
     assert experiment.warm_start_dir(config) == "results/warm_start/arith-tiny"
+
+
+def test_several_warm_starts_share_out_the_run_seeds():
+    config, _, _ = loaded("strategies")  # warm_start.seeds [0, 1]
+    assert experiment.warm_start_folders(config) == {"arith-tiny": 0, "arith-tiny-seed1": 1}
+    starts = [experiment.warm_start_dir(config, seed) for seed in config.seeds]
+    assert starts == ["results/warm_start/arith-tiny", "results/warm_start/arith-tiny-seed1"] * 4
+    assert "model.name=results/warm_start/arith-tiny-seed1" in experiment.run_overrides(config, "grpo_n16_m16", 3)
+    # one warm start: the shared settings name it and no run overrides it
+    smoke, _, _ = loaded("smoke")
+    assert experiment.warm_start_folders(smoke) == {"arith-tiny": 0}
+    assert not any(item.startswith("model.name=") for item in experiment.run_overrides(smoke, "grpo_n16_m16", 1))
+
+
+def test_more_warm_starts_than_run_seeds_is_one_line():
+    config = raw("strategies")
+    config.update(seeds=[0], warm_start={"enabled": True, "name": "arith-tiny", "seeds": [0, 1]})
+    with pytest.raises(
+        PodsBenchError, match=r"^config key warm_start.seeds: 2 warm starts need at least as many run seeds, got 1$"
+    ):
+        experiment.Experiment.from_config(config)

@@ -41,14 +41,17 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def per_experiment(
-    train_runs: int, separate_eval: bool = True, warm_start: bool = False, calibrated: bool = False
+    train_runs: int, separate_eval: bool = True, warm_start: int = 0, calibrated: bool = False
 ) -> dict[str, int]:
     """Jobs of one experiment: shared config + model preparation (+ the calibration of a budget in
     baseline steps), one training (and evaluation) job per run, then aggregate, plot, manifest, the
     report's front page and the `all` target."""
     counts = {"train_config": 1, "train": train_runs, "aggregate": 1, "plot": 1, "manifest": 1, "all": 1}
     counts["front_page"] = 1
-    counts["warm_start" if warm_start else "prepare"] = 1
+    if warm_start:
+        counts["warm_start"] = int(warm_start)  # how many warm starts (True: one)
+    else:
+        counts["prepare"] = 1
     if calibrated:
         counts["calibrate"] = 1
     if separate_eval:
@@ -68,8 +71,8 @@ EXPECTED_JOBS = {
     "rule_ablation": per_experiment(3 * 10),
     "h100x8": per_experiment(2 * 5, separate_eval=False),  # evaluated inline every 2 minutes
     "a100x8": per_experiment(2 * 5, separate_eval=False),
-    # allocation strategies (docs/allocation.md): 13 arms on CPU, 8 at the paper's scale
-    "strategies": per_experiment(13 * 8, separate_eval=False, warm_start=True, calibrated=True),
+    # allocation strategies (docs/allocation.md): 12 arms on CPU from two warm starts, 8 at the paper's scale
+    "strategies": per_experiment(12 * 8, separate_eval=False, warm_start=2, calibrated=True),
     "strategies_gsm8k": per_experiment(8 * 5),
     "strategies_repeat": per_experiment(7 * 8, warm_start=True),  # the same on 128 prompts
     # the step-time model's validation arms (docs/cost-model.md; run by `pods-bench profile`)
@@ -124,6 +127,23 @@ def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):
         assert f"--set {item}" in pods
     # resources from config/hardware.yaml (h100x8): 8 H100s, runtime = 30 min budget x 1.5 + 60
     assert "gpu=8" in out.stdout and "gpu_model=h100" in out.stdout and "runtime=105" in out.stdout
+
+
+def test_each_run_seed_starts_from_its_warm_start(tmp_path):
+    # config/strategies.yaml: warm_start.seeds [0, 1], so even run seeds start from the first, odd from the second
+    out = snakemake(tmp_path, "-n", "--printshellcmds", "--configfile", str(CONFIG_DIR / "strategies.yaml"))
+    assert out.returncode == 0, out.stderr
+    pretrain = sorted(
+        line.split(" pretrain ")[1].split(" 2>&1")[0] for line in out.stdout.splitlines() if " pretrain --out " in line
+    )
+    assert pretrain == [
+        "--out results/warm_start/arith-tiny --seed 0",
+        "--out results/warm_start/arith-tiny-seed1 --seed 1",
+    ]
+    train = [line for line in out.stdout.splitlines() if " train --config " in line and "arm=grpo_n16_m16" in line]
+    for seed in range(8):
+        line = next(line for line in train if f"--set seed={seed} " in line)
+        assert f"--set model.name=results/warm_start/arith-tiny{'-seed1' if seed % 2 else ''} " in line + " ", line
 
 
 # --- bad input -----------------------------------------------------------------------------------

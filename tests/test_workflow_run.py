@@ -175,7 +175,7 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
 
 # The allocation-strategy benchmark with one seed, a short warm start and two steps per run.
 SHORT_STRATEGIES = {
-    "seeds": [0],
+    "seeds": [0, 1],  # one from each of the two warm starts
     "warm_start": {"name": "arith-tiny-test", "steps": 60},
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 2, "checkpoint_every_s": 3600},
@@ -188,14 +188,12 @@ SHORT_STRATEGIES = {
 
 
 # Arms of config/strategies.yaml that the end-to-end run trains: the baseline, a strategy with state
-# across steps and a selection rule inside, CPPO's batch pruning with its larger prompt batch, and
-# groups of different sizes, and RAGEN-2's filter (batches shorter than P). Every arm's config is
-# resolved by the dry runs (tests/test_workflow.py) and every strategy trains in
-# tests/test_allocation_training.py or tests/test_results_format.py.
+# across steps and a selection rule inside, groups of different sizes, and RAGEN-2's filter (batches
+# shorter than P). Every arm's config is resolved by the dry runs (tests/test_workflow.py) and every
+# strategy trains in tests/test_allocation_training.py or tests/test_results_format.py.
 STRATEGY_ARMS_RUN = (
     "grpo_n16_m16",
     "pilot_commit_pods_n16_m8",
-    "cppo_n16_m8",
     "vigor_n16_m16",
     "ragen_filter_n16_m16",
 )
@@ -214,9 +212,25 @@ def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
 
     exp = tmp_path / "results" / "strategies"
     for arm, spec in arms.items():
-        steps = read_jsonl(exp / "runs" / arm / "seed0" / "train_log.jsonl")
-        strategy = spec.get("set", {}).get("allocation.strategy", "uniform")
-        assert [r["step"] for r in steps] == [1, 2] and {r["allocation"] for r in steps} == {strategy}, arm
+        for seed in (0, 1):
+            steps = read_jsonl(exp / "runs" / arm / f"seed{seed}" / "train_log.jsonl")
+            strategy = spec.get("set", {}).get("allocation.strategy", "uniform")
+            assert [r["step"] for r in steps] == [1, 2] and {r["allocation"] for r in steps} == {strategy}, arm
+            # seed 1 started from the second warm start (pretraining seed 1)
+            model = json.loads((exp / "runs" / arm / f"seed{seed}" / "run.json").read_text())["config"]["model"]
+            assert model["name"] == "results/warm_start/arith-tiny-test" + "-seed1" * seed
+    for folder, seed in (("arith-tiny-test", 0), ("arith-tiny-test-seed1", 1)):
+        pretrain = json.loads((tmp_path / "results" / "warm_start" / folder / "pretrain.json").read_text())
+        assert pretrain["settings"]["seed"] == seed
+    # each arm's verdict on each warm start (one seed each, so no interval: unclear) and on both
+    robustness = pd.read_csv(exp / "summary" / "robustness.csv")
+    assert sorted(set(robustness["start"])) == [
+        "all",
+        "results/warm_start/arith-tiny-test",
+        "results/warm_start/arith-tiny-test-seed1",
+    ]
+    assert set(robustness["arm"]) == set(arms) and len(robustness) == 3 * len(arms)
+    assert "| arm | results/warm_start/arith-tiny-test (seeds 0) |" in (exp / "summary" / "robustness.md").read_text()
     cost = pd.read_csv(exp / "summary" / "cost.csv")
     assert set(cost["axis"]) == {"rollouts", "tokens", "flops"} and set(cost["arm"]) == set(arms)
     assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == set(arms)

@@ -29,6 +29,7 @@ from pods_bench.analysis.tidy import (
     COST_AXES,
     EVAL_COLUMNS,
     LENGTH_METRIC,
+    START_COLUMNS,
     STEP_TIME_COLUMNS,
     WASTE_COLUMNS,
     WASTE_FIELDS,
@@ -96,7 +97,7 @@ def _experiment_dirs(path: Path) -> list[Path]:
 def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) -> Experiment | None:
     """One experiment from its runs; unreadable runs are skipped with a warning."""
     seed_dirs = sorted(experiment_dir.glob(f"{RUNS}/*/{SEED_PREFIX}*"))
-    rows, step_rows, waste_rows, arms, hardware = [], [], [], [], []
+    rows, step_rows, waste_rows, start_rows, arms, hardware = [], [], [], [], [], []
     for seed_dir in tqdm(
         seed_dirs, desc=f"reading {experiment_dir.name}", unit="run", disable=None if progress else True
     ):
@@ -108,6 +109,7 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
         rows += run["evals"]
         step_rows += run["step_times"]
         waste_rows.append(run["waste"])
+        start_rows.append(run["start"])
         arms.append(run["arm"])
         hardware.append(run["hardware"])
     if not rows:
@@ -133,6 +135,7 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
         default_baseline=baseline,
         calibration=_calibration(experiment_dir, warnings),
         waste=pd.DataFrame(waste_rows, columns=WASTE_COLUMNS).assign(experiment=experiment_dir.name),
+        starts=pd.DataFrame(start_rows, columns=START_COLUMNS),
     )
 
 
@@ -227,6 +230,7 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
 
     config = run_json.get("config") or {}
     selection = config.get("selection") if isinstance(config.get("selection"), dict) else {}
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
     n = _first(steps, "n") or selection.get("n") or _find_key(config, ("n",))
     m = _first(steps, "m") or selection.get("m") or _find_key(config, ("m",))
     if n is None or m is None:
@@ -237,6 +241,8 @@ def _read_run(seed_dir: Path, warnings: list[str]) -> dict:
         evals=list(evals.values()),
         step_times=_step_times(steps, arm, seed),
         waste=dict(arm=arm, seed=seed, **_waste_per_step(steps)),
+        # the model it started from (a warm start's folder): summary/robustness.md compares the arms on each
+        start=dict(arm=arm, seed=seed, start=str(model.get("name", ""))),
         arm=dict(arm=arm, n=int(n), m=int(m), rule=rule),
         hardware=hardware_label(run_json.get("hardware")),
     )

@@ -26,6 +26,9 @@
                  rollouts generated and not trained, share of zero-std groups, groups discarded and
                  why): the mean over seeds of each run's mean per step; header only for the
                  published logs
+- robustness.csv / robustness.md  with several warm starts (`warm_start.seeds`): each arm's verdict
+                 (time to 80 % of the baseline's gain) on the runs of each starting model alone, and
+                 whether it holds on every one (robustness.py); header only with one start
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from pods_bench.analysis.robustness import robustness_markdown, robustness_table
 from pods_bench.analysis.speedup import GAIN_FRACTIONS, compare_arms
 from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, WASTE_FIELDS, Experiment
 from pods_bench.analysis.time_to_target import MLPERF_COLUMNS, mlperf_table
@@ -56,6 +60,8 @@ SUMMARY_FILES = (
     "waste.csv",
     "mlperf.csv",
     "mlperf.md",
+    "robustness.csv",
+    "robustness.md",
     "verdict.md",
 )
 UNIT_SECONDS = {"s": 1.0, "min": 60.0, "h": 3600.0}
@@ -85,6 +91,7 @@ class Summary:
     cost: pd.DataFrame  # speedups' columns on the cost axes, with `axis` first (empty without them)
     waste: pd.DataFrame  # per arm: the wasted-work fields' means per step (empty for the published logs)
     mlperf: pd.DataFrame  # time_to_target.MLPERF_COLUMNS (empty without options.target)
+    robustness: pd.DataFrame  # robustness.ROBUSTNESS_COLUMNS (empty with one starting model)
 
     @property
     def time_unit(self) -> str:
@@ -113,6 +120,7 @@ def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), pro
         cost_table(exp, compare),
         waste_table(exp),
         mlperf,
+        robustness_table(exp, baseline, benchmark, metric, options.n_bootstrap, options.seed),
     )
 
 
@@ -178,6 +186,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
         "cost.csv": summary.cost,
         "waste.csv": summary.waste,
         "mlperf.csv": summary.mlperf,
+        "robustness.csv": summary.robustness,
     }
     paths = []
     for name, table in tables.items():
@@ -186,6 +195,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
     texts = {"speedups.md": markdown_table(summary), "speedups.tex": latex_table(summary)}
     texts["cost.md"] = cost_markdown(summary)
     texts["mlperf.md"] = mlperf_markdown(summary)
+    texts["robustness.md"] = robustness_markdown(summary.robustness, summary.baseline)
     texts["verdict.md"] = "\n\n".join(verdict_lines(summary)) + "\n"
     for name, text in texts.items():
         atomic_write_text(folder / name, text)

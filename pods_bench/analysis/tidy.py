@@ -21,12 +21,13 @@ the same hardware, each with one or more seeds. Its evaluations form a tidy tabl
 
 Seconds per training step are a second table, one row per (arm, seed, phase); phase `total` is
 always present, own runs add generation / rewards / selection / update / sync / other. Own runs
-have a third, the wasted work per step (WASTE_COLUMNS), one row per (arm, seed).
+have a third, the wasted work per step (WASTE_COLUMNS), and a fourth, the model each run started
+from (START_COLUMNS), each one row per (arm, seed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -69,6 +70,8 @@ WASTE_FIELDS = (
     "groups_discarded_low_std",
 )
 WASTE_COLUMNS = ["experiment", "arm", "seed", *WASTE_FIELDS]
+# the model each run started from (run.json's model.name; own runs only): one row per (arm, seed)
+START_COLUMNS = ["arm", "seed", "start"]
 ARM_COLUMNS = ["arm", "n", "m", "rule"]
 ACCURACY_METRICS = ("answer_acc", "format_acc", "both_acc")
 LENGTH_METRIC = "mean_length"
@@ -91,6 +94,21 @@ class Experiment:
     time_unit: str | None = None  # "s", "min" or "h" for display; None: chosen from the budget
     calibration: dict | None = None  # calibration.json of a budget in baseline steps (pods_bench/calibration.py)
     waste: pd.DataFrame | None = None  # WASTE_COLUMNS (own runs; None for the published logs)
+    starts: pd.DataFrame | None = None  # START_COLUMNS (own runs; None for the published logs)
+
+    def with_seeds(self, seeds) -> Experiment:
+        """The same experiment restricted to the runs of `seeds`."""
+
+        def keep(table):
+            return None if table is None else table[table["seed"].isin(seeds)].reset_index(drop=True)
+
+        return replace(
+            self,
+            evals=keep(self.evals),
+            step_times=keep(self.step_times),
+            waste=keep(self.waste),
+            starts=keep(self.starts),
+        )
 
     @property
     def arm_names(self) -> list[str]:

@@ -59,6 +59,13 @@ rule aggregate:
             category="Tables",
             labels={"table": "time to a fixed target (MLPerf rules)"},
         ),
+        f"{SUMMARY_DIR}/robustness.csv",
+        report(
+            f"{SUMMARY_DIR}/robustness.md",
+            caption="../report/robustness.rst",
+            category="Tables",
+            labels={"table": "verdicts on each warm start"},
+        ),
     params:
         options=jobs.analysis_options(EXPERIMENT.analysis, "aggregate"),
     log:

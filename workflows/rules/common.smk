@@ -88,7 +88,8 @@ TRAIN_SETTINGS, RESOLVED = checked(experiment_settings.resolve_runs, EXPERIMENT,
 for _warning in checked(check_fits, RESOLVED, HARDWARE, EXPERIMENT.hardware):
     print(f"pods-bench workflow: warning: {_warning}", file=sys.stderr)
 WARM_START = EXPERIMENT.warm_start
-WARM_START_DIR = experiment_settings.warm_start_dir(EXPERIMENT)
+# folder name under results/warm_start/ -> pretraining seed: one, or one per warm_start.seeds
+WARM_START_FOLDERS = experiment_settings.warm_start_folders(EXPERIMENT)
 # a budget in baseline steps: the `calibrate` job times the baseline here and writes the shared
 # settings with that budget, which every training job then reads (pods_bench/calibration.py)
 CALIBRATED = EXPERIMENT.budget_in_baseline_steps

@@ -20,16 +20,24 @@ rule train_config:
 
 rule warm_start:
     output:
-        directory(WARM_START_DIR),
+        directory("results/warm_start/{warm_start}"),
+    wildcard_constraints:
+        warm_start="|".join(map(re.escape, WARM_START_FOLDERS)),
     params:
-        options=" ".join(
-            f"--{key} {getattr(WARM_START, key)}" for key in ("steps", "seconds", "seed") if getattr(WARM_START, key) is not None
+        options=lambda wildcards: " ".join(
+            f"--{key} {value}"
+            for key, value in (
+                ("steps", WARM_START.steps),
+                ("seconds", WARM_START.seconds),
+                ("seed", WARM_START_FOLDERS[wildcards.warm_start]),
+            )
+            if value is not None
         ),
         threads_env=lambda wildcards, threads: torch_threads(threads),
     log:
-        f"results/warm_start/logs/{WARM_START.name}.log",
+        "results/warm_start/logs/{warm_start}.log",
     benchmark:
-        f"results/warm_start/benchmarks/{WARM_START.name}.tsv"
+        "results/warm_start/benchmarks/{warm_start}.tsv"
     threads: PRETRAIN_THREADS  # the recipe's torch threads (pods_bench/pretrain.py): more would build another model
     resources:
         mem_mb=4000,
@@ -83,10 +91,11 @@ rule prepare:
         "({params.commands}) > {log} 2>&1"
 
 
-def starting_model() -> dict:
-    """Input of every training job: the warm-started model, or the prepared downloads."""
+def starting_model(seed=None) -> dict:
+    """Input of a training job: the warm-started model of run seed `seed` (None: the first seed's),
+    or the prepared downloads."""
     if WARM_START.enabled:
-        return {"model": WARM_START_DIR}
+        return {"model": experiment_settings.warm_start_dir(EXPERIMENT, seed)}
     return {"prepared": LAYOUT.prepare_done}
 
 

@@ -13,7 +13,7 @@ def train_resource(key: str):
 rule train:
     input:
         config=RUN_CONFIG,
-        **starting_model(),
+        start=lambda wildcards: list(starting_model(int(wildcards.seed)).values()),
         # ancient: an order, not a dependency (a re-evaluated earlier seed does not retrain this one)
         previous_seed=lambda wildcards: [
             ancient(finished_run(arm, seed))
