@@ -30,7 +30,7 @@ export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
 CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
 remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke smoke-target real-model strategies cost-model-smollm2 cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
+.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke smoke-target strategies-target real-model strategies cost-model-smollm2 cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
 
 venv: $(VENV)/.installed
 
@@ -90,13 +90,15 @@ smoke: $(VENV)/.installed-run
 	@echo; cat results/smoke/summary/verdict.md; echo
 	@echo "Tables: results/smoke/summary/   Figures: figures/smoke/   HTML report: results/smoke/report.html"
 
-# The smoke experiment's fixed target (analysis.target in config/smoke.yaml): GRPO at four seeds the timed
-# runs do not use (config/targets/smoke_reference.yaml), then the target from their knee (~12 min on 2 cores)
-SMOKE_REFERENCE_RUNS := $(foreach seed,10 11 12 13,results/smoke_reference/runs/grpo_n16_m16/seed$(seed)/train.done)
-smoke-target: $(VENV)/.installed-run
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake $(SMOKE_REFERENCE_RUNS) --profile profiles/local \
-		--configfile config/smoke.yaml config/targets/smoke_reference.yaml
-	$(BIN)/pods-bench target results/smoke_reference --arm grpo_n16_m16
+# An experiment's fixed MLPerf-style target (analysis.target in config/<experiment>.yaml): its GRPO
+# baseline at four seeds the timed runs do not use (config/targets/<experiment>_reference.yaml), then
+# the target from their knee (smoke ~12 min on 2 cores, strategies ~5 min)
+REFERENCE_SEEDS := 10 11 12 13
+smoke-target strategies-target: %-target: $(VENV)/.installed-run
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake \
+		$(foreach seed,$(REFERENCE_SEEDS),results/$*_reference/runs/grpo_n16_m16/seed$(seed)/train.done) \
+		--profile profiles/local --configfile config/$*.yaml config/targets/$*_reference.yaml
+	$(BIN)/pods-bench target results/$*_reference --arm grpo_n16_m16
 
 # The step-time model's CPU validation, docs/cost-model.md (a): 12 timed steps of each arm of
 # config/cost_model.yaml, interleaved in 3 rounds, fitted on two arms; the artifact the page quotes is

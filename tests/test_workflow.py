@@ -218,3 +218,15 @@ def test_profiles(tmp_path):
     train = [line for line in out.stdout.splitlines() if "gpu_model=l40s" in line]
     assert len(train) == 40  # 20 training + 20 evaluation jobs, each asking for one L40S
     assert all("gpu=1" in line and "tasks_per_gpu=0" in line for line in train)
+
+
+def test_the_reference_overlays_ask_only_for_the_baselines_runs_at_their_own_seeds(tmp_path):
+    """`make smoke-target` / `make strategies-target`: the experiment under its reference name, GRPO at
+    seeds 10-13 (none of the timed runs' seeds), each run waiting on no other."""
+    for name in ("smoke", "strategies"):
+        runs = [f"results/{name}_reference/runs/grpo_n16_m16/seed{seed}/train.done" for seed in (10, 11, 12, 13)]
+        overlay = str(CONFIG_DIR / "targets" / f"{name}_reference.yaml")
+        out = snakemake(tmp_path / name, "-n", *runs, "--configfile", str(CONFIG_DIR / f"{name}.yaml"), overlay)
+        assert out.returncode == 0, out.stderr
+        assert job_counts(out.stdout)["train"] == 4, name
+        assert not set(yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())["seeds"]) & {10, 11, 12, 13}
