@@ -226,6 +226,7 @@ def test_the_reference_overlays_ask_only_for_the_baselines_runs_at_their_own_see
     for name in ("smoke", "strategies"):
         runs = [f"results/{name}_reference/runs/grpo_n16_m16/seed{seed}/train.done" for seed in (10, 11, 12, 13)]
         overlay = str(CONFIG_DIR / "targets" / f"{name}_reference.yaml")
+        (tmp_path / name).mkdir()
         out = snakemake(tmp_path / name, "-n", *runs, "--configfile", str(CONFIG_DIR / f"{name}.yaml"), overlay)
         assert out.returncode == 0, out.stderr
         assert job_counts(out.stdout)["train"] == 4, name
