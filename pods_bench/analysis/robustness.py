@@ -12,8 +12,10 @@ the gain measured from that start. Each comparison gets a verdict from its 95 % 
     slower   it lies below 1, or the arm never gets there within the budget
     unclear  it contains 1
 
-and a conclusion holds when its verdict is the same on every start. robustness.csv has one row per
-(arm, start) plus the pooled row (start "all"); robustness.md one line per arm.
+and a conclusion holds when its verdict is the same on every start; it is contradicted when it is
+faster on one start and slower on another; otherwise it is unclear on some start (with a few seeds
+per start, the usual case for a modest effect). robustness.csv has one row per (arm, start) plus
+the pooled row (start "all"); robustness.md one line per arm.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ ROBUSTNESS_COLUMNS = [
     "ci_high",
     "verdict",  # faster / slower / unclear / baseline
     "holds",  # the same verdict on every start (the arm's every row)
+    "agreement",  # holds / contradicted (faster on one start, slower on another) / partly (unclear on some)
 ]
 
 
@@ -95,9 +98,17 @@ def robustness_table(
         )
     table = pd.concat(blocks, ignore_index=True)
     per_start = table[table["start"] != POOLED]
-    holds = per_start.groupby("arm")["verdict"].nunique() == 1
-    table["holds"] = table["arm"].map(holds)
+    verdicts = per_start.groupby("arm")["verdict"].agg(set)
+    table["holds"] = table["arm"].map(verdicts.map(len) == 1)
+    table["agreement"] = table["arm"].map(verdicts.map(agreement))
     return table[ROBUSTNESS_COLUMNS]
+
+
+def agreement(verdicts: set[str]) -> str:
+    """holds / contradicted / partly, from an arm's verdicts on the starts."""
+    if len(verdicts) == 1:
+        return "holds"
+    return "contradicted" if {"faster", "slower"} <= verdicts else "partly"
 
 
 def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
@@ -112,7 +123,7 @@ def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
         head + f"Every arm against {baseline} on the runs of each starting model alone, the gain measured from that "
         "start; 95 % bootstrap intervals over seeds. faster / slower: the interval lies above / below 1 "
         "(slower also when the arm never gets there); unclear: it contains 1. A conclusion holds when its "
-        "verdict is the same on every start.\n",
+        "verdict is the same on every start, and is contradicted when it is faster on one and slower on another.\n",
         "| arm | " + " | ".join(columns) + " | holds on every start |",
         "| --- | " + " | ".join("---" for _ in columns) + " | --- |",
     ]
@@ -123,9 +134,9 @@ def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
         for start in starts:
             r = rows[rows["start"] == start].iloc[0]
             cells.append(_cell(r))
-        holds = bool(rows["holds"].iloc[0])
+        outcome = {"holds": f"**yes**: {rows['verdict'].iloc[0]}", "contradicted": "no: **contradicted**"}
         lines.append(
-            f"| {arm} | " + " | ".join(cells) + f" | {'**yes**: ' + rows['verdict'].iloc[0] if holds else 'no'} |"
+            f"| {arm} | " + " | ".join(cells) + f" | {outcome.get(rows['agreement'].iloc[0], 'no: unclear on some')} |"
         )
     return "\n".join(lines) + "\n"
 
