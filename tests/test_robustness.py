@@ -72,6 +72,7 @@ CURVES = {
     "flips": {A: FAST, B: GRPO},  # 4x sooner from one start, no sooner from the other: it does not
     "never": {A: FLAT, B: FLAT},  # never reaches the level from either: slower on both
     "reverses": {A: FAST, B: FLAT},  # faster from one start, slower from the other: contradicted
+    "same": {A: GRPO, B: GRPO},  # no sooner from either: unclear on both, no conclusion to hold
 }
 
 
@@ -97,7 +98,14 @@ def test_the_verdicts_on_each_start_and_whether_they_hold(table):
     assert [row(table, "flips", s)["verdict"] for s in (A, B)] == ["faster", "unclear"]
     assert [row(table, "never", s)["verdict"] for s in (A, B)] == ["slower", "slower"]
     holds = table.drop_duplicates("arm").set_index("arm")["holds"]
-    assert holds.to_dict() == {"grpo": True, "steady": True, "flips": False, "never": True, "reverses": False}
+    assert holds.to_dict() == {
+        "grpo": True,
+        "steady": True,
+        "flips": False,
+        "never": True,
+        "reverses": False,
+        "same": False,
+    }
     agreement = table.drop_duplicates("arm").set_index("arm")["agreement"]
     assert agreement.to_dict() == {
         "grpo": "holds",
@@ -105,6 +113,7 @@ def test_the_verdicts_on_each_start_and_whether_they_hold(table):
         "flips": "partly",
         "never": "holds",
         "reverses": "contradicted",
+        "same": "unclear",
     }
     assert set(table["n_seeds"]) == {4, 8}
 
@@ -123,6 +132,7 @@ def test_the_markdown_has_a_line_per_arm_with_its_verdicts(table):
     assert lines["steady"].endswith("| **yes**: faster |") and "faster: 4.00x [4.00, 4.00]" in lines["steady"]
     assert lines["flips"].endswith("| no: unclear on some |") and "unclear: 1.00x" in lines["flips"]
     assert lines["reverses"].endswith("| no: **contradicted** |")
+    assert lines["same"].endswith("| no: unclear on every start |")
     assert lines["never"].endswith("| **yes**: slower |")
     assert f"| arm | {A} (seeds 0 2 4 6) | {B} (seeds 1 3 5 7) | all runs | holds on every start |" in text
 

@@ -12,9 +12,9 @@ the gain measured from that start. Each comparison gets a verdict from its 95 % 
     slower   it lies below 1, or the arm never gets there within the budget
     unclear  it contains 1
 
-and a conclusion holds when its verdict is the same on every start; it is contradicted when it is
-faster on one start and slower on another; otherwise it is unclear on some start (with a few seeds
-per start, the usual case for a modest effect). robustness.csv has one row per (arm, start) plus
+and a conclusion (faster, or slower) holds when it is the verdict on every start; it is contradicted
+when the arm is faster on one start and slower on another; otherwise it is unclear on some start
+(with a few seeds per start, the usual case for a modest effect), or on every start. robustness.csv has one row per (arm, start) plus
 the pooled row (start "all"); robustness.md one line per arm.
 """
 
@@ -38,8 +38,8 @@ ROBUSTNESS_COLUMNS = [
     "ci_low",
     "ci_high",
     "verdict",  # faster / slower / unclear / baseline
-    "holds",  # the same verdict on every start (the arm's every row)
-    "agreement",  # holds / contradicted (faster on one start, slower on another) / partly (unclear on some)
+    "holds",  # faster on every start, or slower on every start (the arm's every row)
+    "agreement",  # holds / contradicted (faster on one, slower on another) / partly (unclear on some) / unclear
 ]
 
 
@@ -98,14 +98,17 @@ def robustness_table(
         )
     table = pd.concat(blocks, ignore_index=True)
     per_start = table[table["start"] != POOLED]
-    verdicts = per_start.groupby("arm")["verdict"].agg(set)
-    table["holds"] = table["arm"].map(verdicts.map(len) == 1)
-    table["agreement"] = table["arm"].map(verdicts.map(agreement))
+    agreements = per_start.groupby("arm")["verdict"].agg(set).map(agreement)
+    table["agreement"] = table["arm"].map(agreements)
+    table["holds"] = table["agreement"] == "holds"
     return table[ROBUSTNESS_COLUMNS]
 
 
 def agreement(verdicts: set[str]) -> str:
-    """holds / contradicted / partly, from an arm's verdicts on the starts."""
+    """holds / contradicted / partly / unclear, from an arm's verdicts on the starts (the baseline's:
+    holds)."""
+    if verdicts == {"unclear"}:
+        return "unclear"
     if len(verdicts) == 1:
         return "holds"
     return "contradicted" if {"faster", "slower"} <= verdicts else "partly"
@@ -123,7 +126,8 @@ def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
         head + f"Every arm against {baseline} on the runs of each starting model alone, the gain measured from that "
         "start; 95 % bootstrap intervals over seeds. faster / slower: the interval lies above / below 1 "
         "(slower also when the arm never gets there); unclear: it contains 1. A conclusion holds when its "
-        "verdict is the same on every start, and is contradicted when it is faster on one and slower on another.\n",
+        "verdict (faster, or slower) is the same on every start, and is contradicted when it is faster on one and "
+        "slower on another.\n",
         "| arm | " + " | ".join(columns) + " | holds on every start |",
         "| --- | " + " | ".join("---" for _ in columns) + " | --- |",
     ]
@@ -134,7 +138,11 @@ def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
         for start in starts:
             r = rows[rows["start"] == start].iloc[0]
             cells.append(_cell(r))
-        outcome = {"holds": f"**yes**: {rows['verdict'].iloc[0]}", "contradicted": "no: **contradicted**"}
+        outcome = {
+            "holds": f"**yes**: {rows['verdict'].iloc[0]}",
+            "contradicted": "no: **contradicted**",
+            "unclear": "no: unclear on every start",
+        }
         lines.append(
             f"| {arm} | " + " | ".join(cells) + f" | {outcome.get(rows['agreement'].iloc[0], 'no: unclear on some')} |"
         )
