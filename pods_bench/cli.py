@@ -102,7 +102,7 @@ def _pass_rates(p: argparse.ArgumentParser):
     p.add_argument("--out", required=True, help="folder for pass_rates.csv and pass_rates.md")
 
     def handler(args):
-        from pods_bench.analysis import pass_rates
+        from pods_bench import pass_rates
         from pods_bench.config import load_config
 
         if args.prompts < 1 or args.rollouts < 1:

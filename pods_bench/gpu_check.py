@@ -52,7 +52,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pods_bench import run_info
-from pods_bench import train as T
+from pods_bench import update as U
 from pods_bench.config import config_from_dict
 from pods_bench.cuda_memory import configure_allocator
 from pods_bench.engines.hf import HFEngine, start_hf_engine
@@ -351,8 +351,8 @@ def measure_step(cfg, dims, device: str, s: dict) -> dict:
         policy.enable_input_require_grads()
     accelerator = Accelerator(cpu=device != "cuda", mixed_precision=cfg.model.mixed_precision)
     model = accelerator.prepare(policy)
-    optimizer = T.make_optimizer(model, cfg, 1)
-    learner = T.Learner(
+    optimizer = U.make_optimizer(model, cfg, 1)
+    learner = U.Learner(
         model, accelerator.unwrap_model(model), None, optimizer, get_scheduler("constant", optimizer), accelerator, 0
     )
     engine = HFEngine(
@@ -377,11 +377,11 @@ def measure_step(cfg, dims, device: str, s: dict) -> dict:
     )
     kept = lambda rollouts: kept_rollouts(rollouts, cfg.selection.m)
     rollouts, warmup_gen_s, _ = timed(generate(s["warmup_tokens"]))
-    _, warmup_update_s, warmup_update_peak = timed(lambda: T.update_policy(learner, kept(rollouts), cfg))
+    _, warmup_update_s, warmup_update_peak = timed(lambda: U.update_policy(learner, kept(rollouts), cfg))
     resting = memory.allocated()  # weights and AdamW's state, between steps
     optimizer_mib = optimizer_state_mib(optimizer)
     rollouts, gen_s, gen_peak = timed(generate(cfg.sampling.max_new_tokens))
-    _, update_s, update_peak = timed(lambda: T.update_policy(learner, kept(rollouts), cfg))
+    _, update_s, update_peak = timed(lambda: U.update_policy(learner, kept(rollouts), cfg))
     result = {
         "gen_s": round(gen_s, 3),
         "update_s": round(update_s, 3),
@@ -402,7 +402,7 @@ def measure_step(cfg, dims, device: str, s: dict) -> dict:
 def kept_rollouts(rollouts, rows: int) -> list:
     """The first `rows` rollouts of the first prompt as trained sequences, advantages +-0.5."""
     return [
-        T.KeptRollout(rollouts.prompt_ids[0], c, float(i % 2) - 0.5)
+        U.KeptRollout(rollouts.prompt_ids[0], c, float(i % 2) - 0.5)
         for i, c in enumerate(rollouts.completion_ids[0][:rows])
     ]
 
@@ -535,9 +535,9 @@ def measure_sharded(cfg, dims, device: str, s: dict, processes: int) -> dict:
             policy.gradient_checkpointing_enable()  # as pods_bench.checkpoint.load_policy does
         model = shard(policy, cfg, torch.device(device))
         accelerator = Accelerator(cpu=device != "cuda")  # one process: backward and clipping as the trainer's
-        optimizer = T.make_optimizer(model, cfg, 1)
+        optimizer = U.make_optimizer(model, cfg, 1)
         scheduler = get_scheduler("constant", optimizer)
-        learner = T.Learner(model, model, None, optimizer, scheduler, accelerator, TokenIdTokenizer.pad_token_id)
+        learner = U.Learner(model, model, None, optimizer, scheduler, accelerator, TokenIdTokenizer.pad_token_id)
         engine = start_hf_engine(cfg, model, TokenIdTokenizer(dims.vocab))
         prompt = random_prompt(dims.vocab, cfg.task.max_prompt_tokens)
         marks: dict[str, tuple] = {}
@@ -570,7 +570,7 @@ def measure_sharded(cfg, dims, device: str, s: dict, processes: int) -> dict:
             memory.sync()
             memory.reset_peak()
             started = time.perf_counter()
-            T.update_policy(learner, rows, cfg)
+            U.update_policy(learner, rows, cfg)
             (update_end, update_peak, update_reserved), (step_end, step_peak, step_reserved) = (
                 marks["update"],
                 marks["step"],

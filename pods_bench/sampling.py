@@ -9,6 +9,8 @@ graded groups of rollouts, and the sampler that draws prompts, samples and grade
                     `sample`, `rng`; built by the trainer from its parts, handed to the strategy
     derived_seed    a seed from integers (run seed, step, rank, ...)
     timed           a phase's wall time, added to the step's times
+    load_training_prompts  the task's training problems and their rendered prompts, as the stream
+                    indexes them
 
 Several processes: every decision about prompts (which to draw, skip, buffer, evict, commit) is
 made identically on every process from the same information, so per-prompt state is the same
@@ -30,7 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pods_bench.errors import PodsBenchError
 from pods_bench.rewards.grading import gold_texts
+from pods_bench.tasks import load_problems
+from pods_bench.tasks.hub import released_math_gold
+from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
 
 if TYPE_CHECKING:
     import torch
@@ -364,3 +370,19 @@ class RolloutSampler:
         parts: list[Any] = [None] * self.world
         dist.all_gather_object(parts, items)
         return [x for part in parts for x in part]
+
+
+def load_training_prompts(cfg: TrainConfig, tokenizer):
+    """(problems, prompts, number dropped as too long) of the training split."""
+    problems = load_problems(cfg.task.name, cfg.task.split, data_dir=cfg.data_dir, limit=cfg.task.limit)
+    if not problems:
+        raise PodsBenchError(f"task {cfg.task.name!r} split {cfg.task.split!r} has no rows")
+    if cfg.task.math_gold == "released" and cfg.task.name == "math":  # exact replication of a known bug
+        problems = [replace(p, gold=released_math_gold(p.solution)) for p in problems]
+    prompts = render_prompts(problems, tokenizer, cfg.task)
+    kept, dropped = filter_by_prompt_length(prompts, tokenizer, cfg.task.max_prompt_tokens)
+    if not kept:
+        raise PodsBenchError(
+            f"no prompt of task {cfg.task.name!r} fits task.max_prompt_tokens={cfg.task.max_prompt_tokens}"
+        )
+    return [problems[i] for i in kept], [prompts[i] for i in kept], dropped

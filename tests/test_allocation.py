@@ -19,7 +19,8 @@ from pods_bench.allocation.vigor import VigorConfig
 from pods_bench.config import config_from_dict, validate
 from pods_bench.errors import PodsBenchError
 from pods_bench.sampling import Graded, Groups, PromptStream, RolloutSampler
-from pods_bench.train import KeptRollout, keep_rollouts
+from pods_bench.train import keep_rollouts
+from pods_bench.update import KeptRollout
 
 NUM_PROMPTS = 12
 

@@ -18,7 +18,7 @@ def test_sampling_logprobs_equal_the_trainers_on_cuda():
     from pods_bench.engines.base import SamplingConfig
     from pods_bench.engines.hf import HFEngine
     from pods_bench.models import build_char_tokenizer, build_tiny_model
-    from pods_bench.train import KeptRollout, completion_logprobs, pack
+    from pods_bench.update import KeptRollout, completion_logprobs, pack
 
     cfg = config_from_dict({"model": {"name": "tiny"}, "budget": {"max_steps": 1}, "device": "cuda"})
     tokenizer = build_char_tokenizer()

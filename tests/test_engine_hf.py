@@ -11,7 +11,7 @@ import torch
 from pods_bench.engines.base import SamplingConfig
 from pods_bench.engines.hf import HFEngine
 from pods_bench.models import EOS, TinyModelConfig, build_char_tokenizer, build_tiny_model
-from pods_bench.train import KeptRollout, completion_logprobs, pack
+from pods_bench.update import KeptRollout, completion_logprobs, pack
 
 # prompts of different lengths, so that left padding differs between rows of one batch
 SMALL = TinyModelConfig(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=128)

@@ -29,7 +29,7 @@ from dataclasses import replace
 from accelerate import Accelerator
 from pods_bench.checkpoint import load_policy
 from pods_bench.sharding import full_model_state, is_sharded, shard
-from pods_bench.train import Learner, update_policy
+from pods_bench.update import Learner, update_policy
 from tests.test_logprobs import make_cfg, make_sequences
 accelerator = Accelerator(cpu=True)
 share = make_sequences()[accelerator.process_index :: 2]

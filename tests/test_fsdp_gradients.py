@@ -23,7 +23,7 @@ from accelerate import Accelerator
 from pods_bench.checkpoint import load_policy
 from pods_bench.models import TinyModelConfig
 from pods_bench.sharding import gradient_bytes, shard
-from pods_bench.train import Learner, update_policy
+from pods_bench.update import Learner, update_policy
 from tests.test_logprobs import make_cfg, make_sequences
 accelerator = Accelerator(cpu=True)
 cfg = make_cfg("token", rows_per_pass=1, micro=2)
@@ -65,7 +65,7 @@ from accelerate import Accelerator
 from pods_bench.checkpoint import load_policy
 from pods_bench.models import TinyModelConfig
 from pods_bench.sharding import shard
-from pods_bench.train import Learner, aggregate, completion_logprobs, loss_passes, normaliser, policy_loss_terms, update_policy
+from pods_bench.update import Learner, aggregate, completion_logprobs, loss_passes, normaliser, policy_loss_terms, update_policy
 from tests.test_logprobs import make_cfg, make_sequences
 
 class Recorder(torch.optim.SGD):

@@ -40,7 +40,9 @@ from pods_bench.allocation import make_allocator
 from pods_bench.config import load_config
 from pods_bench.models import build_char_tokenizer
 from pods_bench.sharding import full_model_state, full_optimizer_state
-from pods_bench.train import load_training_prompts, make_accelerator, make_learner
+from pods_bench.sampling import load_training_prompts
+from pods_bench.train import make_accelerator
+from pods_bench.update import make_learner
 
 config, checkpoint, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 cfg = load_config(config)

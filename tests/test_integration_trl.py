@@ -30,7 +30,7 @@ def setup(smoke_model_dir, tmp_path_factory):
     from trl import GRPOConfig
 
     from pods_bench.integrations.trl import PODSGRPOTrainer
-    from pods_bench.train import load_training_prompts
+    from pods_bench.sampling import load_training_prompts
 
     torch.manual_seed(0)
     cfg = config_from_dict({"task": {"name": "arith", "system_prompt": ""}, "budget": {"max_steps": 1}})
@@ -125,7 +125,7 @@ def test_the_loss_on_the_kept_rows_has_pods_benchs_gradient(setup, smoke_model_d
     from accelerate import Accelerator
     from transformers import AutoModelForCausalLM, get_scheduler
 
-    from pods_bench.train import KeptRollout, Learner, update_policy
+    from pods_bench.update import KeptRollout, Learner, update_policy
 
     make, dataset, tokenizer = setup
     trainer = make()

@@ -17,7 +17,7 @@ import torch
 from pods_bench.checkpoint import load_policy
 from pods_bench.config import LossConfig, ModelConfig, OptimConfig, TrainConfig
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import KeptRollout, Learner, completion_logprobs, pack, update_policy
+from pods_bench.update import KeptRollout, Learner, completion_logprobs, pack, update_policy
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
 AGGREGATIONS = ["sequence", "token", "micro_batch_token"]

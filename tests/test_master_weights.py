@@ -13,7 +13,7 @@ from pods_bench.checkpoint import load_policy
 from pods_bench.config import ModelConfig, OptimConfig, TrainConfig, config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import Learner, make_optimizer, update_policy
+from pods_bench.update import Learner, make_optimizer, update_policy
 from tests.test_train_update import make_sequences
 from tests.tiny_runs import tiny_run
 

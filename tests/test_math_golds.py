@@ -8,9 +8,9 @@ import pytest
 from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.models import build_char_tokenizer
+from pods_bench.sampling import load_training_prompts
 from pods_bench.tasks import load_problems
 from pods_bench.tasks.hub import released_math_gold
-from pods_bench.train import load_training_prompts
 from tests.tiny_runs import tiny_run
 
 

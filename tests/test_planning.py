@@ -233,7 +233,7 @@ MEASURE = (
     + """
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, LlamaConfig, get_scheduler
-from pods_bench import train as T
+from pods_bench import update as U
 from pods_bench.planning.memory import activation_bytes
 model = AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=vocab, hidden_size=h, num_hidden_layers=layers,
     num_attention_heads=4, num_key_value_heads=2, intermediate_size=3 * h, tie_word_embeddings=True))
@@ -244,16 +244,16 @@ if spec["checkpointing"]:
     model.gradient_checkpointing_enable()
 accelerator = Accelerator(cpu=True)
 model = accelerator.prepare(model)
-optimizer = T.make_optimizer(model, cfg, 1)
-learner = T.Learner(model, model, None, optimizer, get_scheduler("constant", optimizer), accelerator, 0)
+optimizer = U.make_optimizer(model, cfg, 1)
+learner = U.Learner(model, model, None, optimizer, get_scheduler("constant", optimizer), accelerator, 0)
 g = torch.Generator().manual_seed(0)
-seqs = [T.KeptRollout(torch.randint(1, vocab, (P,), generator=g).tolist(), torch.randint(1, vocab, (C,), generator=g).tolist(),
+seqs = [U.KeptRollout(torch.randint(1, vocab, (P,), generator=g).tolist(), torch.randint(1, vocab, (C,), generator=g).tolist(),
         float(i % 2) - 0.5) for i in range(rows)]
-T.update_policy(learner, seqs, cfg)  # the optimizer state exists from here on
+U.update_policy(learner, seqs, cfg)  # the optimizer state exists from here on
 optimizer.zero_grad(set_to_none=True)
 before = status("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # resets the peak (VmHWM) to the current RSS
-T.update_policy(learner, seqs, cfg)
+U.update_policy(learner, seqs, cfg)
 measured = status("VmHWM") - before
 predicted = activation_bytes(cfg, dims, rows, Lengths(P, C)) + dims.params * 4  # + the gradients
 print(json.dumps({"measured": measured, "predicted": predicted}))

@@ -31,7 +31,7 @@ from pods_bench.models import load_model_and_tokenizer
 from pods_bench.rewards import RewardFunction
 from pods_bench.tasks import Problem
 from pods_bench.tasks.prompts import render_prompts
-from pods_bench.train import KeptRollout, completion_logprobs, pack
+from pods_bench.update import KeptRollout, completion_logprobs, pack
 from tests.test_workflow import CONFIG_DIR, snakemake
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import torch
 
 from pods_bench.config import LossConfig, ModelConfig, OptimConfig, TrainConfig
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import completion_logprobs, make_learner, pack, reference_logprobs, update_policy
+from pods_bench.update import completion_logprobs, make_learner, pack, reference_logprobs, update_policy
 from tests.test_train_update import make_sequences
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)

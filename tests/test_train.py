@@ -280,16 +280,16 @@ def test_the_reference_forward_at_beta_0_costs_a_pass_and_changes_nothing(tmp_pa
     """loss.reference_forward (the paper's single-GPU trainer): every step a reference pass over the
     kept rollouts, whose result is dropped; the log (timings aside) and the weights equal a run
     without it, with LoRA (adapters disabled) and with full fine-tuning (a frozen copy)."""
-    import pods_bench.train as trainer
+    import pods_bench.update as update
 
     rows = []
-    real = trainer.reference_logprobs
+    real = update.reference_logprobs
 
     def counted(policy, ref_model, batch, temperature, chunk_tokens):
         rows.append((ref_model is None, batch["input_ids"].shape[0]))
         return real(policy, ref_model, batch, temperature, chunk_tokens)
 
-    monkeypatch.setattr(trainer, "reference_logprobs", counted)
+    monkeypatch.setattr(update, "reference_logprobs", counted)
     sha = lambda d: json.loads((d / "checkpoints/step-000003/state.json").read_text())["params_sha256"]
     for name, lora in (("lora", {"enabled": True, "r": 4, "alpha": 8}), ("full", {"enabled": False})):
         sections = dict(lora=lora, eval={"inline": False})

@@ -13,7 +13,7 @@ import torch
 from pods_bench.checkpoint import load_policy, reference_model
 from pods_bench.config import LoraConfig, LossConfig, ModelConfig, OptimConfig, TrainConfig
 from pods_bench.models import TinyModelConfig
-from pods_bench.train import KeptRollout, Learner, pack, policy_loss_terms, update_policy
+from pods_bench.update import KeptRollout, Learner, pack, policy_loss_terms, update_policy
 from tests.test_logprobs import plain_logprobs
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)

@@ -29,7 +29,8 @@ from pods_bench.config import config_from_dict
 from pods_bench.errors import PodsBenchError
 from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.memory import memory_estimate, trained_per_process
-from pods_bench.train import KeptRollout, make_accelerator, make_learner, update_policy
+from pods_bench.train import make_accelerator
+from pods_bench.update import KeptRollout, make_learner, update_policy
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 FRESH_PROCESS_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1"}

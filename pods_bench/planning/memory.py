@@ -151,7 +151,7 @@ def trained_per_process(cfg, processes: int) -> int:
 
 
 def rows_per_pass(cfg, processes: int) -> int:
-    """Rows of the largest forward/backward pass of the update (pods_bench/train.py loss_passes)."""
+    """Rows of the largest forward/backward pass of the update (pods_bench/update.py loss_passes)."""
     micro = min(cfg.optim.micro_batch_size, trained_per_process(cfg, processes))
     return min(cfg.optim.rows_per_pass or micro, micro)
 

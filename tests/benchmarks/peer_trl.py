@@ -106,8 +106,7 @@ def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
 
     from pods_bench.model_sources import resolve
     from pods_bench.rewards import RewardFunction, gold_texts
-    from pods_bench.sampling import PromptStream
-    from pods_bench.train import load_training_prompts
+    from pods_bench.sampling import PromptStream, load_training_prompts
 
     cfg = pods_bench_config(workload, out / "unused", steps)
     folder = resolve(cfg.model.name).path  # a GGUF source's converted folder, as pods-bench loads it

@@ -51,7 +51,9 @@ def cpu_seconds(fn) -> float:
 def measure(rounds: int) -> list[dict]:
     from pods_bench.config import config_from_dict
     from pods_bench.engines import make_engine
-    from pods_bench.train import KeptRollout, load_training_prompts, make_accelerator, make_learner, update_policy
+    from pods_bench.sampling import load_training_prompts
+    from pods_bench.train import make_accelerator
+    from pods_bench.update import KeptRollout, make_learner, update_policy
 
     with tempfile.TemporaryDirectory() as tmp:
         plain = config_from_dict(settings(Path(tmp)))

@@ -17,7 +17,7 @@ import torch
 
 from pods_bench.checkpoint import load_policy
 from pods_bench.config import ModelConfig, TrainConfig
-from pods_bench.train import KeptRollout, completion_logprobs, pack
+from pods_bench.update import KeptRollout, completion_logprobs, pack
 from tests.test_logprobs import plain_logprobs
 
 pytestmark = pytest.mark.benchmark

@@ -21,7 +21,7 @@ from pods_bench import checkpoint as ckpt
 from pods_bench.engines import make_engine
 from pods_bench.io import atomic_write_text, atomic_write_with
 from pods_bench.rewards import RewardFunction, gold_texts
-from pods_bench.train import load_training_prompts
+from pods_bench.sampling import load_training_prompts
 
 
 def sample_pass_counts(cfg, prompts: int, rollouts: int, batch: int = 16, progress: bool = True) -> pd.DataFrame:
