@@ -664,7 +664,7 @@ def test_every_8_gpu_arm_fits_its_job_with_the_evaluation_shared(config):
 def test_the_published_l40s_calibration_matches_the_doc():
     """docs/cost-model.md (b) publishes the calibrated model's predictions; they are recomputed here
     from the logs in ../shared, so the page cannot drift from the code."""
-    from pods_bench.planning.calibrate import published_l40s
+    from pods_bench.planning.step_time_fit import published_l40s
 
     logs = published_logs()
     rows, model = published_l40s(
@@ -781,7 +781,7 @@ def test_projection_onto_the_same_step_times_gives_back_the_measurement(tmp_path
     """With a step-time model that reproduces the measured step times (the calibrated L40S model),
     the projection must return the measured times to T and speedups; onto the H200's datasheet
     model each arm's time scales by its step-time ratio."""
-    from pods_bench.planning.calibrate import published_l40s
+    from pods_bench.planning.step_time_fit import published_l40s
     from pods_bench.planning.project import project
 
     logs = published_logs()

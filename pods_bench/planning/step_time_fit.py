@@ -26,7 +26,7 @@ from pods_bench.planning.architecture import model_dims
 from pods_bench.planning.step_time import StepLengths, StepTimeModel, from_hardware, predict, step_features
 
 
-def calibrate(cfg_a, cfg_b, seconds_a: float, seconds_b: float, hardware: dict, lengths: StepLengths, source: str):
+def fit_two_arms(cfg_a, cfg_b, seconds_a: float, seconds_b: float, hardware: dict, lengths: StepLengths, source: str):
     """The hardware profile's model for the setting of cfg_a / cfg_b, its two generation terms scaled
     so that it reproduces their measured step times."""
     shape = from_hardware(cfg_a, model_dims(cfg_a.model), hardware, lengths)
@@ -78,7 +78,7 @@ def published_l40s(logs_dir, n_config, m_config) -> list[dict]:
     lengths = StepLengths(cfg_a.sampling.max_new_tokens, completion, prompt + 2 * completion)
     hardware = hardware_setup("l40s")
     source = f"l40s profile calibrated on the published GRPO 16/16 ({measured[(16, 16)]:.3g} s) and PODS 64/16 ({measured[(64, 16)]:.3g} s)"
-    model = calibrate(cfg_a, cfg_b, measured[(16, 16)], measured[(64, 16)], hardware, lengths, source)
+    model = fit_two_arms(cfg_a, cfg_b, measured[(16, 16)], measured[(64, 16)], hardware, lengths, source)
     rows = []
     for (n, m), cfg in sorted(by_nm.items()):
         seconds = predict(model, cfg, 1, lengths)
