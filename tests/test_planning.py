@@ -781,8 +781,8 @@ def test_projection_onto_the_same_step_times_gives_back_the_measurement(tmp_path
     """With a step-time model that reproduces the measured step times (the calibrated L40S model),
     the projection must return the measured times to T and speedups; onto the H200's datasheet
     model each arm's time scales by its step-time ratio."""
-    from pods_bench.planning.step_time_fit import published_l40s
     from pods_bench.planning.project import project
+    from pods_bench.planning.step_time_fit import published_l40s
 
     logs = published_logs()
     config = ROOT / "config" / "gsm8k_main.yaml"
