@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 
 from pods_bench.analysis.speedup import ArmCurves, bootstrap_ci, compare_arms, first_crossing, mean_over_budget
-from pods_bench.analysis.tidy import EVAL_COLUMNS, STEP_TIME_COLUMNS, Experiment, arm_table
+from pods_bench.analysis.tidy import EVAL_COLUMNS, STEP_TIME_COLUMNS, Results, arm_table
 
 TIMES = np.array([0.0, 10.0, 20.0, 30.0, 40.0])
 
 
-def make_experiment(arms: dict[str, list[list[float]]], times=TIMES) -> Experiment:
-    """Arms {name: one curve per seed} -> an Experiment; the first arm is GRPO-like (n == m)."""
+def make_experiment(arms: dict[str, list[list[float]]], times=TIMES) -> Results:
+    """Arms {name: one curve per seed} -> a Results; the first arm is GRPO-like (n == m)."""
     rows, arm_rows, step_rows = [], [], []
     for i, (arm, seeds) in enumerate(arms.items()):
         arm_rows.append(dict(arm=arm, n=8 if i == 0 else 32, m=8, rule="all" if i == 0 else "max_variance"))
@@ -35,7 +35,7 @@ def make_experiment(arms: dict[str, list[list[float]]], times=TIMES) -> Experime
                         n_problems=200,
                     )
                 )
-    return Experiment(
+    return Results(
         name="x",
         evals=pd.DataFrame(rows, columns=EVAL_COLUMNS),
         step_times=pd.DataFrame(step_rows, columns=STEP_TIME_COLUMNS),

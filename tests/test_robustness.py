@@ -11,7 +11,7 @@ import pytest
 
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.robustness import robustness_markdown, robustness_table, starts_of
-from pods_bench.analysis.tidy import EVAL_COLUMNS, START_COLUMNS, STEP_TIME_COLUMNS, Experiment, arm_table
+from pods_bench.analysis.tidy import EVAL_COLUMNS, START_COLUMNS, STEP_TIME_COLUMNS, Results, arm_table
 
 GRID = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
 # GRPO: start 0.2, peak 1.0, so 80 % of its gain is 0.84, crossed between 30 s (0.8) and 40 s (1.0)
@@ -26,7 +26,7 @@ def start_of(seed: int) -> str:
     return A if seed % 2 == 0 else B  # as warm_start.seeds [0, 1] assigns run seeds
 
 
-def experiment(curves: dict[str, dict[str, list[float]]], seeds=range(8)) -> Experiment:
+def experiment(curves: dict[str, dict[str, list[float]]], seeds=range(8)) -> Results:
     """arm -> start -> the accuracy at each checkpoint of GRID of every run seed from that start."""
     rows, starts = [], []
     for arm, by_start in curves.items():
@@ -53,7 +53,7 @@ def experiment(curves: dict[str, dict[str, list[float]]], seeds=range(8)) -> Exp
                     )
                 )
     arms = arm_table([dict(arm=a, n=16, m=16 if a == "grpo" else 8, rule="all") for a in curves])
-    return Experiment(
+    return Results(
         "hand",
         pd.DataFrame(rows, columns=EVAL_COLUMNS),
         pd.DataFrame(columns=STEP_TIME_COLUMNS),

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from pods_bench.analysis.tables import AnalysisOptions, mlperf_markdown, summarize
-from pods_bench.analysis.tidy import EVAL_COLUMNS, STEP_TIME_COLUMNS, Experiment, arm_table
+from pods_bench.analysis.tidy import EVAL_COLUMNS, STEP_TIME_COLUMNS, Results, arm_table
 from pods_bench.analysis.time_to_target import (
     interquartile_mean,
     iqm_interval,
@@ -23,7 +23,7 @@ EVAL_S = 2.0  # every evaluation takes 2 s (one benchmark) and is off the traini
 GRID = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
 
 
-def experiment(curves: dict[str, dict[int, list[float]]], extra_benchmark: bool = False) -> Experiment:
+def experiment(curves: dict[str, dict[int, list[float]]], extra_benchmark: bool = False) -> Results:
     """arm -> seed -> accuracy at each checkpoint of GRID (training clock); each checkpoint evaluated on
     `arith` (and, with extra_benchmark, on a second benchmark whose evaluation also counts on the clock)."""
     rows = []
@@ -54,7 +54,7 @@ def experiment(curves: dict[str, dict[int, list[float]]], extra_benchmark: bool 
     arms = arm_table(
         [dict(arm=a, n=16 if a != "grpo" else 8, m=8, rule="all" if a == "grpo" else "max_variance") for a in curves]
     )
-    return Experiment(
+    return Results(
         "hand",
         pd.DataFrame(rows, columns=EVAL_COLUMNS),
         pd.DataFrame(columns=STEP_TIME_COLUMNS),

@@ -33,7 +33,7 @@ from pods_bench.analysis.tidy import (
     STEP_TIME_COLUMNS,
     WASTE_COLUMNS,
     WASTE_FIELDS,
-    Experiment,
+    Results,
     arm_table,
 )
 from pods_bench.errors import PodsBenchError
@@ -49,7 +49,7 @@ RULE_KEYS = ("selection_rule", "rule")
 
 def load_experiments(
     path: str | Path, kind: str = "auto", only: list[str] | None = None, progress: bool = True
-) -> tuple[list[Experiment], list[str]]:
+) -> tuple[list[Results], list[str]]:
     """Load an experiment folder (`<experiment>/runs/...`), a folder of experiment folders, or a
     folder of the paper's published logs (`kind` = "runs", "paper" or "auto" to detect).
     Returns the experiments and one warning per skipped file or run; raises PodsBenchError
@@ -94,7 +94,7 @@ def _experiment_dirs(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if (p / RUNS).is_dir()) if path.is_dir() else []
 
 
-def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) -> Experiment | None:
+def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) -> Results | None:
     """One experiment from its runs; unreadable runs are skipped with a warning."""
     seed_dirs = sorted(experiment_dir.glob(f"{RUNS}/*/{SEED_PREFIX}*"))
     rows, step_rows, waste_rows, start_rows, arms, hardware = [], [], [], [], [], []
@@ -124,7 +124,7 @@ def load_runs(experiment_dir: Path, warnings: list[str], progress: bool = True) 
         (a for a, n, m in zip(names, arms["n"], arms["m"]) if n == m), names[0]
     )
     benchmarks = sorted(evals["benchmark"].unique())
-    return Experiment(
+    return Results(
         name=experiment_dir.name,
         evals=evals,
         step_times=pd.DataFrame(step_rows, columns=STEP_TIME_COLUMNS).assign(experiment=experiment_dir.name),

@@ -1,6 +1,6 @@
 """Importer for the paper's published logs (the official repository's `results/` folder).
 
-Two formats, both turned into the tidy table of `tidy.py`, one `Experiment` per setting:
+Two formats, both turned into the tidy table of `tidy.py`, one `Results` per setting:
 
 1. Single-GPU runs, one JSON file per seed:
    `Instruct-<DATASET>[-<RULE>]-<max completion length>-<n>-<m>[-<lr or beta>]-Run<seed>.json`
@@ -38,7 +38,7 @@ from pods_bench.analysis.tidy import (
     COST_AXES,
     EVAL_COLUMNS,
     STEP_TIME_COLUMNS,
-    Experiment,
+    Results,
     arm_table,
     grpo_or_pods_name,
 )
@@ -126,7 +126,7 @@ def infer_sample_count(values, max_count: int = 10_000) -> int | None:
     return None
 
 
-def load_paper_logs(path: str | Path, progress: bool = True) -> tuple[list[Experiment], list[str]]:
+def load_paper_logs(path: str | Path, progress: bool = True) -> tuple[list[Results], list[str]]:
     """Read every published log under `path`; returns the experiments (one per setting) and one
     warning per file that was skipped."""
     folder = find_logs_folder(Path(path))
@@ -188,7 +188,7 @@ class _Group:
             dict(experiment=self.name, arm=arm, seed=seed, phase="total", seconds_per_step=seconds_per_step)
         )
 
-    def finish(self, warnings: list[str]) -> Experiment | None:
+    def finish(self, warnings: list[str]) -> Results | None:
         if not self.rows:
             return None
         if self.base_file is not None:
@@ -201,7 +201,7 @@ class _Group:
         evals = evals[EVAL_COLUMNS].sort_values(["arm", "seed", "benchmark", "metric", "time_s"], ignore_index=True)
         arms = arm_table(self.arms)
         grpo = arms[arms["n"] == arms["m"]]["arm"]
-        return Experiment(
+        return Results(
             name=self.name,
             evals=evals,
             step_times=pd.DataFrame(self.step_rows, columns=STEP_TIME_COLUMNS),

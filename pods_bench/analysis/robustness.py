@@ -23,7 +23,7 @@ from __future__ import annotations
 import pandas as pd
 
 from pods_bench.analysis.speedup import compare_arms
-from pods_bench.analysis.tidy import Experiment
+from pods_bench.analysis.tidy import Results
 
 GAIN = 0.8  # the statistic: time to this fraction of the baseline's gain
 STAT = f"speedup_gain{round(GAIN * 100)}"
@@ -53,7 +53,7 @@ def verdict(row: pd.Series) -> str:
     return "faster" if low > 1 else "unclear"
 
 
-def starts_of(exp: Experiment) -> dict[str, list[int]]:
+def starts_of(exp: Results) -> dict[str, list[int]]:
     """Starting model -> the run seeds that started from it (every arm's runs of a seed share one)."""
     if exp.starts is None or not len(exp.starts):
         return {}
@@ -62,7 +62,7 @@ def starts_of(exp: Experiment) -> dict[str, list[int]]:
 
 
 def robustness_table(
-    exp: Experiment, baseline: str, benchmark: str, metric: str, n_bootstrap: int = 9999, seed: int = 0
+    exp: Results, baseline: str, benchmark: str, metric: str, n_bootstrap: int = 9999, seed: int = 0
 ) -> pd.DataFrame:
     """ROBUSTNESS_COLUMNS; no rows when the runs share one starting model."""
     starts = starts_of(exp)

@@ -44,7 +44,7 @@ import scipy.stats
 from scipy.integrate import trapezoid
 from tqdm.auto import tqdm
 
-from pods_bench.analysis.tidy import Experiment
+from pods_bench.analysis.tidy import Results
 from pods_bench.errors import PodsBenchError
 
 GAIN_FRACTIONS = (0.5, 0.8, 0.9)
@@ -236,7 +236,7 @@ def bounded(t_base: float, t_arm: float, t_arm_last: float, baseline_rising: boo
 class _Comparison:
     """What every arm of one `compare_arms` call is compared with and how."""
 
-    exp: Experiment
+    exp: Results
     base: Any  # the baseline's curves (arm_curves)
     baseline: str
     benchmark: str
@@ -252,7 +252,7 @@ class _Comparison:
 
 
 def compare_arms(
-    exp: Experiment,
+    exp: Results,
     baseline: str,
     benchmark: str,
     metric: str,

@@ -44,7 +44,7 @@ import scipy.stats
 
 from pods_bench.analysis.robustness import robustness_markdown, robustness_table
 from pods_bench.analysis.speedup import GAIN_FRACTIONS, compare_arms
-from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, WASTE_FIELDS, Experiment
+from pods_bench.analysis.tidy import ACCURACY_METRICS, COST_AXES, WASTE_FIELDS, Results
 from pods_bench.analysis.time_to_target import MLPERF_COLUMNS, mlperf_table
 from pods_bench.io import atomic_write_text, atomic_write_with
 
@@ -81,7 +81,7 @@ class AnalysisOptions:
 
 @dataclass
 class Summary:
-    experiment: Experiment
+    experiment: Results
     baseline: str
     benchmark: str
     metric: str
@@ -98,7 +98,7 @@ class Summary:
         return time_unit(self.experiment, float(self.speedups["budget_s"].iloc[0]))
 
 
-def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), progress: bool = True) -> Summary:
+def summarize(exp: Results, options: AnalysisOptions = AnalysisOptions(), progress: bool = True) -> Summary:
     baseline, benchmark, metric = exp.resolve(options.baseline, options.benchmark, options.metric)
     compare = partial(
         compare_arms, exp, baseline, benchmark, metric, q=options.q, n_bootstrap=options.n_bootstrap, seed=options.seed
@@ -124,7 +124,7 @@ def summarize(exp: Experiment, options: AnalysisOptions = AnalysisOptions(), pro
     )
 
 
-def cost_table(exp: Experiment, compare) -> pd.DataFrame:
+def cost_table(exp: Results, compare) -> pd.DataFrame:
     """`compare` (compare_arms with the summary's arms and options) on the cost axes (rollouts, tokens, FLOPs),
     one block of rows per axis; no rows for an experiment whose checkpoints lack them (the published
     logs)."""
@@ -137,7 +137,7 @@ def cost_table(exp: Experiment, compare) -> pd.DataFrame:
     return cost[["axis"] + [c for c in cost.columns if c != "axis"]]
 
 
-def waste_table(exp: Experiment) -> pd.DataFrame:
+def waste_table(exp: Results) -> pd.DataFrame:
     """Per arm (display order), the mean over seeds of each run's mean per step of the wasted-work
     fields, and the seeds counted."""
     if exp.waste is None or exp.waste.empty:
@@ -151,7 +151,7 @@ def waste_table(exp: Experiment) -> pd.DataFrame:
     )
 
 
-def curve_table(exp: Experiment) -> pd.DataFrame:
+def curve_table(exp: Results) -> pd.DataFrame:
     keys = ["experiment", "arm", "benchmark", "metric", "time_s"]
     g = exp.evals.groupby(keys, sort=True)
     curves = g["value"].agg(mean="mean", sd="std", n_seeds="count").reset_index()
@@ -206,7 +206,7 @@ def write_summary(summary: Summary, out_root: str | Path) -> list[Path]:
 # --- formatting ---------------------------------------------------------------------------------
 
 
-def time_unit(exp: Experiment, budget_s: float) -> str:
+def time_unit(exp: Results, budget_s: float) -> str:
     if exp.time_unit:
         return exp.time_unit
     return "h" if budget_s >= 3 * 3600 else "min" if budget_s >= 5 * 60 else "s"

@@ -1,7 +1,8 @@
 """The one table every analysis reads: own runs and the paper's published logs both load into it.
 
-An `Experiment` is a set of arms (GRPO, PODS with some n, m and rule, ...) trained for the same task on
-the same hardware, each with one or more seeds. Its evaluations form a tidy table, one row per
+A `Results` is what an experiment produced: a set of arms (GRPO, PODS with some n, m and rule, ...)
+trained for the same task on the same hardware, each with one or more seeds (the experiment's
+settings are pods_bench/experiment.py's `Experiment`). Its evaluations form a tidy table, one row per
 (arm, seed, checkpoint, benchmark, metric):
 
     experiment, arm, seed, time_s, raw_time_s, step, benchmark, metric, value, n_repeats, n_problems,
@@ -81,7 +82,7 @@ PHASES = (*(PHASE_LABELS[p] for p in TRAINER_PHASES), "other")
 
 
 @dataclass
-class Experiment:
+class Results:
     name: str
     evals: pd.DataFrame  # EVAL_COLUMNS
     step_times: pd.DataFrame  # STEP_TIME_COLUMNS
@@ -96,7 +97,7 @@ class Experiment:
     waste: pd.DataFrame | None = None  # WASTE_COLUMNS (own runs; None for the published logs)
     starts: pd.DataFrame | None = None  # START_COLUMNS (own runs; None for the published logs)
 
-    def with_seeds(self, seeds) -> Experiment:
+    def with_seeds(self, seeds) -> Results:
         """The same experiment restricted to the runs of `seeds`."""
 
         def keep(table):

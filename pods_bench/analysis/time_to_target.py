@@ -34,7 +34,7 @@ import scipy.stats
 from kneed import KneeLocator
 
 from pods_bench.analysis.speedup import arm_curves
-from pods_bench.analysis.tidy import Experiment
+from pods_bench.analysis.tidy import Results
 from pods_bench.errors import PodsBenchError
 
 TRIM = 0.25  # the interquartile mean cuts a quarter at each end
@@ -66,7 +66,7 @@ class Target:
     capped: bool  # lowered to the lowest peak among the reference runs
 
 
-def knee_target(exp: Experiment, arm: str, benchmark: str, metric: str, seeds=None) -> Target:
+def knee_target(exp: Results, arm: str, benchmark: str, metric: str, seeds=None) -> Target:
     """The target fixed from the reference runs `seeds` of `arm` (default: all of them)."""
     ref = arm_curves(exp.evals, arm, benchmark, metric)
     rows = np.arange(ref.n_seeds) if seeds is None else [ref.seeds.index(s) for s in seeds if s in ref.seeds]
@@ -92,7 +92,7 @@ def knee_target(exp: Experiment, arm: str, benchmark: str, metric: str, seeds=No
     return Target(value, float(knee), float(times[k]), tuple(ref.seeds[r] for r in rows), value < curve[k])
 
 
-def run_times(exp: Experiment, arm: str, benchmark: str, metric: str, target: float) -> pd.DataFrame:
+def run_times(exp: Results, arm: str, benchmark: str, metric: str, target: float) -> pd.DataFrame:
     """Per seed of `arm`: the training clock at its first checkpoint (after step 0) at or above
     `target`, the evaluation seconds spent up to and including it (every benchmark it evaluated),
     and their sum; inf where the run never reaches the target."""
@@ -157,7 +157,7 @@ def _speedup(t_base: float, t_arm: float) -> float:
 
 
 def mlperf_table(
-    exp: Experiment, baseline: str, benchmark: str, metric: str, target: float, n_bootstrap: int = 9999, seed: int = 0
+    exp: Results, baseline: str, benchmark: str, metric: str, target: float, n_bootstrap: int = 9999, seed: int = 0
 ) -> pd.DataFrame:
     """One row per arm: the MLPerf result and the interquartile mean, both to `target` (MLPERF_COLUMNS)."""
     rows = []
