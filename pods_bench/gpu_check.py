@@ -514,14 +514,70 @@ def process_group(device: str):
         dist.destroy_process_group()
 
 
+class _PhaseProbe:
+    """Seconds and peak memory (allocated, reserved) of one generate call on the gathered weights and
+    of one update. The update is split where the optimizer step begins (a step pre-hook): the
+    update's phase holds the forward/backward passes and the gradient clipping, the step's AdamW."""
+
+    def __init__(self, memory, model, engine, learner, optimizer, prompt, generated: int, cfg):
+        self.memory, self.model, self.engine, self.learner = memory, model, engine, learner
+        self.prompt, self.generated, self.cfg = prompt, generated, cfg
+        self.marks: dict[str, tuple] = {}
+        self.hooks = [
+            optimizer.register_step_pre_hook(self._before_step),
+            optimizer.register_step_post_hook(lambda *_: self._mark("step")),
+        ]
+
+    def _mark(self, name: str) -> None:
+        self.memory.sync()
+        self.marks[name] = (time.perf_counter(), self.memory.peak(), self.memory.peak_reserved())
+
+    def _before_step(self, *_) -> None:
+        self._mark("update")
+        self.memory.reset_peak()
+
+    def generate(self, tokens: int):
+        memory = self.memory
+        memory.sync()
+        memory.reset_peak()
+        started = time.perf_counter()
+        with gathered(self.model, self.engine):  # the whole model in bf16 while HF generate samples
+            rollouts = self.engine.generate(
+                [self.prompt], self.generated, replace(self.cfg.sampling, max_new_tokens=tokens, seed=0)
+            )
+        memory.sync()
+        return rollouts, time.perf_counter() - started, memory.peak(), memory.peak_reserved()
+
+    def update(self, rows: list) -> dict:
+        self.memory.sync()
+        self.memory.reset_peak()
+        started = time.perf_counter()
+        U.update_policy(self.learner, rows, self.cfg)
+        (update_end, update_peak, update_reserved), (step_end, step_peak, step_reserved) = (
+            self.marks["update"],
+            self.marks["step"],
+        )
+        return {
+            "update_s": update_end - started,
+            "peak_update_mib": update_peak,
+            "peak_update_reserved_mib": update_reserved,
+            "step_s": step_end - update_end,
+            "peak_step_mib": step_peak,
+            "peak_step_reserved_mib": step_reserved,
+        }
+
+    def close(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+
+
 def measure_sharded(cfg, dims, device: str, s: dict, processes: int) -> dict:
     """One process of `processes` at world size 1: the policy (random weights, `cfg.model.dtype`)
     sharded by pods_bench.sharding.shard as the trainer shards it, one generate call of the
     process's rows on the gathered weights, the update of its trained rows, the optimizer step.
     A warm-up first (a generate call of `warmup_tokens`, an update of one micro-batch: kernels,
-    AdamW's state); then each phase timed, with the allocator's allocated and reserved peaks counted
-    from its start. The update and the step are split where the optimizer step begins (a step
-    pre-hook): the update's phase holds the forward/backward passes and the gradient clipping."""
+    AdamW's state); then each phase timed by `_PhaseProbe`, with the allocator's allocated and
+    reserved peaks counted from its start."""
     import torch
     from accelerate import Accelerator
     from transformers import get_scheduler
@@ -540,59 +596,15 @@ def measure_sharded(cfg, dims, device: str, s: dict, processes: int) -> dict:
         learner = U.Learner(model, model, None, optimizer, scheduler, accelerator, TokenIdTokenizer.pad_token_id)
         engine = start_hf_engine(cfg, model, TokenIdTokenizer(dims.vocab))
         prompt = random_prompt(dims.vocab, cfg.task.max_prompt_tokens)
-        marks: dict[str, tuple] = {}
-
-        def mark(name):
-            memory.sync()
-            marks[name] = (time.perf_counter(), memory.peak(), memory.peak_reserved())
-
-        def before_step(*_):
-            mark("update")
-            memory.reset_peak()
-
-        hooks = [
-            optimizer.register_step_pre_hook(before_step),
-            optimizer.register_step_post_hook(lambda *_: mark("step")),
-        ]
-
-        def generate(tokens: int):
-            memory.sync()
-            memory.reset_peak()
-            started = time.perf_counter()
-            with gathered(model, engine):  # the whole model in bf16 while HF generate samples
-                rollouts = engine.generate(
-                    [prompt], shape["generated"], replace(cfg.sampling, max_new_tokens=tokens, seed=0)
-                )
-            memory.sync()
-            return rollouts, time.perf_counter() - started, memory.peak(), memory.peak_reserved()
-
-        def update(rows: list):
-            memory.sync()
-            memory.reset_peak()
-            started = time.perf_counter()
-            U.update_policy(learner, rows, cfg)
-            (update_end, update_peak, update_reserved), (step_end, step_peak, step_reserved) = (
-                marks["update"],
-                marks["step"],
-            )
-            return {
-                "update_s": update_end - started,
-                "peak_update_mib": update_peak,
-                "peak_update_reserved_mib": update_reserved,
-                "step_s": step_end - update_end,
-                "peak_step_mib": step_peak,
-                "peak_step_reserved_mib": step_reserved,
-            }
-
+        probe = _PhaseProbe(memory, model, engine, learner, optimizer, prompt, shape["generated"], cfg)
         try:
-            rollouts, warmup_gen_s, warmup_gen_peak, _ = generate(s["warmup_tokens"])
-            warmup = update(kept_rollouts(rollouts, cfg.optim.micro_batch_size))  # allocates AdamW's state
+            rollouts, warmup_gen_s, warmup_gen_peak, _ = probe.generate(s["warmup_tokens"])
+            warmup = probe.update(kept_rollouts(rollouts, cfg.optim.micro_batch_size))  # allocates AdamW's state
             resting, resting_reserved = memory.allocated(), memory.reserved()
-            rollouts, gen_s, gen_peak, gen_reserved = generate(cfg.sampling.max_new_tokens)
-            timed = update(kept_rollouts(rollouts, shape["trained"]))
+            rollouts, gen_s, gen_peak, gen_reserved = probe.generate(cfg.sampling.max_new_tokens)
+            timed = probe.update(kept_rollouts(rollouts, shape["trained"]))
         finally:
-            for hook in hooks:
-                hook.remove()
+            probe.close()
         result = {
             "backend": backend,
             "world_size": 1,

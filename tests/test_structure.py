@@ -135,3 +135,18 @@ def third_party_imports(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
     return names
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_every_function_fits_a_screen():
+    """No function of the package is longer than MAX_FUNCTION_LINES lines (docstring included)."""
+    long = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long == []

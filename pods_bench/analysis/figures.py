@@ -128,16 +128,7 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
     )
     ax, ax_bars = axes[0], axes[-1]
 
-    labels = {}
-    for arm in arms:
-        r = s.loc[arm]
-        reached = f"T at {format_time(r['t_arm_s'], unit)}" if np.isfinite(r["t_arm_s"]) else "T not reached"
-        labels[arm] = (
-            f"{arm} (baseline): {reached}"
-            if r["is_baseline"]
-            else f"{arm}: {reached}, {format_speedup(r, with_ci=False)}"
-        )
-    _draw_curves(ax, curves, arms, colors, 100, unit, labels)
+    _draw_curves(ax, curves, arms, colors, 100, unit, _threshold_labels(s, arms, unit))
     ax.set_ylim(low - pad, high + pad)
     if clip_start:
         ax.annotate(
@@ -161,18 +152,7 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
     _name_band(ax, int(shown["n_seeds"].max()))
 
     if zoomed:
-        zoom = axes[1]
-        _draw_curves(zoom, curves, arms, colors, 100, unit, {})
-        _mark_threshold(zoom, threshold, crossings, colors, window[0])
-        first = min((t for t in crossings.values() if np.isfinite(t)), default=0.0)
-        right = ax.get_xlim()[1]
-        zoom.set_xlim(max(0.0, first - 0.25 * (right - first)), right)
-        zoom.set_ylim(*window)
-        zoom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
-        zoom.set_title("near T (the box on the left)", fontsize=10)
-        zoom.set_xlabel(UNIT_WORDS[unit].capitalize())
-        x0, x1 = zoom.get_xlim()
-        ax.indicate_inset((x0, window[0], x1 - x0, window[1] - window[0]), edgecolor="0.4")
+        _draw_zoom(ax, axes[1], curves, arms, colors, unit, threshold, crossings, window)
     ax.set_xlabel(_time_label(summary))
     ax.set_ylabel(
         f"{BENCHMARK_NAMES.get(summary.benchmark, summary.benchmark)} "
@@ -185,6 +165,35 @@ def accuracy_figure(summary: Summary, arms: list[str], colors: dict, title: str 
     handles, texts = ax.get_legend_handles_labels()
     fig.legend(handles, texts, loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     return fig
+
+
+def _threshold_labels(s: pd.DataFrame, arms: list[str], unit: str) -> dict[str, str]:
+    """Legend labels: when each arm first reaches T, and its speedup."""
+    labels = {}
+    for arm in arms:
+        r = s.loc[arm]
+        reached = f"T at {format_time(r['t_arm_s'], unit)}" if np.isfinite(r["t_arm_s"]) else "T not reached"
+        labels[arm] = (
+            f"{arm} (baseline): {reached}"
+            if r["is_baseline"]
+            else f"{arm}: {reached}, {format_speedup(r, with_ci=False)}"
+        )
+    return labels
+
+
+def _draw_zoom(ax, zoom, curves, arms, colors, unit: str, threshold: float, crossings: dict, window: tuple):
+    """The middle panel: the curves near T, from a little before the first crossing; its region boxed on `ax`."""
+    _draw_curves(zoom, curves, arms, colors, 100, unit, {})
+    _mark_threshold(zoom, threshold, crossings, colors, window[0])
+    first = min((t for t in crossings.values() if np.isfinite(t)), default=0.0)
+    right = ax.get_xlim()[1]
+    zoom.set_xlim(max(0.0, first - 0.25 * (right - first)), right)
+    zoom.set_ylim(*window)
+    zoom.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+    zoom.set_title("near T (the box on the left)", fontsize=10)
+    zoom.set_xlabel(UNIT_WORDS[unit].capitalize())
+    x0, x1 = zoom.get_xlim()
+    ax.indicate_inset((x0, window[0], x1 - x0, window[1] - window[0]), edgecolor="0.4")
 
 
 def cost_figure(summary: Summary, colors: dict, axis: str = "rollouts"):
