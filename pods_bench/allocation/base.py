@@ -27,6 +27,9 @@ class AllocationStrategy(ABC):
     checkpoint, restored on resume)."""
 
     groups_per_prompt = False  # whether it samples selection.groups_per_prompt groups of a prompt
+    # the names of the counters `collect` returns, each a train_log field after the step record: the
+    # one place they are declared (tests/test_results_format.py checks the log and the docs against it)
+    counters: tuple[str, ...] = ()
 
     def __init__(self, cfg: TrainConfig, num_prompts: int):
         self.cfg, self.num_prompts = cfg, num_prompts

@@ -60,6 +60,9 @@ class DynamicSamplingConfig(RoundsConfig):
 class DynamicSampling(AllocationStrategy):
     """Refill rounds until P informative groups; subclasses choose the round's prompts (GRESO)."""
 
+    # what collect() logs after the step record (docs/results-format.md)
+    counters = ("num_gen_batches", "groups_sampled", "groups_discarded_zero_std", "groups_discarded_surplus")
+
     name = "dynamic_sampling"
 
     @property

@@ -72,6 +72,9 @@ def allocate(successes: list[int], probes: int, extra: int) -> list[int]:
 
 @ALLOCATION_STRATEGIES.register("hora", settings=HoraConfig)
 class Hora(AllocationStrategy):
+    # what collect() logs after the step record (docs/results-format.md)
+    counters = ("num_gen_batches", "groups_sampled", "group_size_min", "group_size_max")
+
     name = "hora"
 
     @classmethod

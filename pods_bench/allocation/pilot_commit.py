@@ -97,6 +97,18 @@ class Buffered:
 
 @ALLOCATION_STRATEGIES.register("pilot_commit", settings=PilotCommitConfig)
 class PilotCommit(AllocationStrategy):
+    # what collect() logs after the step record (docs/results-format.md)
+    counters = (
+        "num_gen_batches",
+        "groups_sampled",
+        "rollouts_pilot",
+        "rollouts_commit",
+        "prompts_buffered",
+        "buffer_size",
+        "prompts_evicted",
+        "commit_age_mean",
+    )
+
     name = "pilot_commit"
 
     @classmethod

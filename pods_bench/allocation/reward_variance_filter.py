@@ -65,6 +65,9 @@ def kept_groups(stds: list[float], keep: str, value: float, include_zero: bool) 
 class RewardVarianceFilter(AllocationStrategy):
     """The next P prompts, n rollouts each; train on the groups whose rewards vary most."""
 
+    # what collect() logs after the step record (docs/results-format.md)
+    counters = ("num_gen_batches", "groups_sampled", "groups_discarded_zero_std", "groups_discarded_low_std")
+
     name = "reward_variance_filter"
 
     @property

@@ -10,6 +10,9 @@ from pods_bench.sampling import Groups, RolloutSampler
 class Uniform(AllocationStrategy):
     """P prompts x G groups (selection.groups_per_prompt) x n rollouts, one sampling call."""
 
+    # what collect() logs after the step record (docs/results-format.md)
+    counters = ("num_gen_batches", "groups_sampled")
+
     groups_per_prompt = True
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:

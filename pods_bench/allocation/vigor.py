@@ -57,6 +57,9 @@ class VigorConfig:
 
 @ALLOCATION_STRATEGIES.register("vigor", settings=VigorConfig)
 class Vigor(AllocationStrategy):
+    # what collect() logs after the step record (docs/results-format.md)
+    counters = ("num_gen_batches", "groups_sampled", "group_size_min", "group_size_max")
+
     name = "vigor"
 
     @classmethod
