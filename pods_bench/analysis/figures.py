@@ -299,6 +299,8 @@ def length_figure(summary: Summary, colors: dict):
 def _save(fig, stem: Path) -> list[Path]:
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for path in paths:
-        atomic_write_with(path, lambda p: fig.savefig(p, dpi=200))
+        # tight: the layout engine can leave an axis label past the edge (the strategies figure's
+        # y label, with twelve arms' legend below it); the saved image grows to hold every artist
+        atomic_write_with(path, lambda p: fig.savefig(p, dpi=200, bbox_inches="tight", pad_inches=0.05))
     plt.close(fig)
     return paths
