@@ -4,6 +4,7 @@ GRPO's gain are worked out here by hand, and the start each own run records (run
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,8 @@ import pytest
 
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.robustness import robustness_markdown, robustness_table, starts_of
-from pods_bench.analysis.tidy import EVAL_COLUMNS, START_COLUMNS, STEP_TIME_COLUMNS, Results, arm_table
+from pods_bench.analysis.tidy import START_COLUMNS, Results
+from tests.test_analysis_speedup import make_experiment
 
 GRID = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
 # GRPO: start 0.2, peak 1.0, so 80 % of its gain is 0.84, crossed between 30 s (0.8) and 40 s (1.0)
@@ -28,42 +30,12 @@ def start_of(seed: int) -> str:
 
 def experiment(curves: dict[str, dict[str, list[float]]], seeds=range(8)) -> Results:
     """arm -> start -> the accuracy at each checkpoint of GRID of every run seed from that start."""
-    rows, starts = [], []
-    for arm, by_start in curves.items():
-        for seed in seeds:
-            starts.append(dict(arm=arm, seed=seed, start=start_of(seed)))
-            for t, v in zip(GRID, by_start[start_of(seed)]):
-                rows.append(
-                    dict(
-                        experiment="hand",
-                        arm=arm,
-                        seed=seed,
-                        time_s=t,
-                        raw_time_s=t,
-                        step=int(t),
-                        benchmark="arith",
-                        metric="answer_acc",
-                        value=v,
-                        n_repeats=1,
-                        n_problems=100,
-                        rollouts=np.nan,
-                        tokens=np.nan,
-                        flops=np.nan,
-                        eval_time_s=1.0,
-                    )
-                )
-    arms = arm_table([dict(arm=a, n=16, m=16 if a == "grpo" else 8, rule="all") for a in curves])
-    return Results(
-        "hand",
-        pd.DataFrame(rows, columns=EVAL_COLUMNS),
-        pd.DataFrame(columns=STEP_TIME_COLUMNS),
-        arms,
-        "Test CPU",
-        "runs",
-        "arith",
-        default_baseline="grpo",
-        starts=pd.DataFrame(starts, columns=START_COLUMNS),
+    exp = make_experiment(
+        {arm: [by_start[start_of(k)] for k in seeds] for arm, by_start in curves.items()}, times=np.array(GRID)
     )
+    # make_experiment numbers the runs 0, 1, ...: run i is seed seeds[i]
+    starts = [dict(arm=arm, seed=i, start=start_of(k)) for arm in curves for i, k in enumerate(seeds)]
+    return replace(exp, starts=pd.DataFrame(starts, columns=START_COLUMNS))
 
 
 CURVES = {
