@@ -30,7 +30,7 @@ export PODS_BENCH_UPSTREAM_DIR ?= $(abspath ../shared/upstream)
 CPU_INCOMPATIBLE := torchvision torchaudio torchcodec
 remove_cpu_incompatible = $(if $(GPU),,$(BIN)/pip uninstall -q -y $(CPU_INCOMPATIBLE))
 
-.PHONY: venv test test-slurm lint bench bench-peer bench-peer-deps smoke smoke-target strategies-target real-model strategies cost-model-smollm2 cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
+.PHONY: venv test test-slurm lint mutation bench bench-peer bench-peer-deps smoke smoke-target strategies-target real-model strategies cost-model-smollm2 cost-model gpu-check gpu-wheels gpu-check-offline clean-venv
 
 venv: $(VENV)/.installed
 
@@ -68,6 +68,13 @@ test-slurm: venv
 lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+
+# How many small wrong changes to each listed module its own tests catch (mutmut; scripts/mutation.py):
+# the scores and the surviving mutants go to docs/mutation-results/; minutes per module, not in CI.
+# MODULES="pods_bench/selection.py ..." runs some of them.
+mutation: venv
+	$(BIN)/pip install -q $(if $(GPU),,-c requirements/cpu.txt) -e ".[mutation]"
+	$(BIN)/python scripts/mutation.py $(if $(MODULES),--only $(MODULES))
 
 bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
