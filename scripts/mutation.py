@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pods_bench.io import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # module (glob) -> its own test files: the ones written to check it
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
             score = 100 * (c["killed"] + c["timeout"]) / tested if tested else float("nan")
             rows.append({"module": module, "tests": " ".join(MODULES[module]), **c, "score_pct": round(score, 1)})
             name = module.replace("/", "_").replace("*", "all")
-            (out / f"{name}.survivors.txt").write_text("\n".join(result["diffs"]), encoding="utf-8")
+            atomic_write_text(out / f"{name}.survivors.txt", "\n".join(result["diffs"]))
             print(f"{module}: {score:.1f} % killed ({c})", flush=True)
     scores = out / "scores.csv"
     old = {r["module"]: r for r in csv.DictReader(scores.open())} if scores.exists() else {}
