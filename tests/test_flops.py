@@ -42,3 +42,28 @@ def test_the_weights_are_every_linear_layer_and_the_passes_follow_the_config():
     assert counter(optim={"updates_per_batch": 2})[0].update_passes == pytest.approx(3 * 2 + 1)
     assert counter(loss={"beta": 0.04})[0].reference_passes == 1
     assert counter(loss={"beta": 0.0, "reference_forward": True})[0].reference_passes == 1  # the paper's 1-GPU pass
+
+
+def test_reference_and_generation_counts_and_an_explicit_head_dim():
+    """Values the convention fixes where the first test's cases coincide: the reference pass is
+    F per trained sequence (not 1 / F), a completion longer than its prompt is counted, a config's
+    own head_dim sets the attention width (not hidden / heads), and widths stay integers."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    ref, _ = counter(loss={"beta": 0.04})
+    assert ref.reference([10, 7]) == ref.forward(10) + ref.forward(7)
+    assert ref.generation(3, [5]) == ref.forward(7)  # 3 prompt + 5 completion positions, the last not processed
+    assert isinstance(ref.attention_width, int) and ref.attention_width == 64
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,  # not 64 / 4 = 16
+    )
+    cfg = config_from_dict({"budget": {"max_steps": 1}})
+    assert FlopsCounter.of(AutoModelForCausalLM.from_config(config), cfg).attention_width == 4 * 8
