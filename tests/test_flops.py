@@ -54,6 +54,7 @@ def test_reference_and_generation_counts_and_an_explicit_head_dim():
     ref, _ = counter(loss={"beta": 0.04})
     assert ref.reference([10, 7]) == ref.forward(10) + ref.forward(7)
     assert ref.generation(3, [5]) == ref.forward(7)  # 3 prompt + 5 completion positions, the last not processed
+    assert ref.generation(0, [0]) == 0  # nothing to process (F(-1) would be negative)
     assert isinstance(ref.attention_width, int) and ref.attention_width == 64
     torch.manual_seed(0)
     config = LlamaConfig(
