@@ -49,7 +49,7 @@ def test_reference_and_generation_counts_and_an_explicit_head_dim():
     F per trained sequence (not 1 / F), a completion longer than its prompt is counted, a config's
     own head_dim sets the attention width (not hidden / heads), and widths stay integers."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     ref, _ = counter(loss={"beta": 0.04})
     assert ref.reference([10, 7]) == ref.forward(10) + ref.forward(7)
@@ -68,3 +68,10 @@ def test_reference_and_generation_counts_and_an_explicit_head_dim():
     )
     cfg = config_from_dict({"budget": {"max_steps": 1}})
     assert FlopsCounter.of(AutoModelForCausalLM.from_config(config), cfg).attention_width == 4 * 8
+    # Qwen2's config (the paper's models) has no head_dim: hidden / heads, as an integer
+    qwen = Qwen2Config(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4
+    )
+    assert not hasattr(qwen, "head_dim")
+    width = FlopsCounter.of(AutoModelForCausalLM.from_config(qwen), cfg).attention_width
+    assert isinstance(width, int) and width == 64
