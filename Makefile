@@ -3,7 +3,9 @@
 #   make test    the test suite (what CI runs)
 #   make test-slurm  profiles/slurm on a one-node SLURM started here (root; part of `make test`)
 #   make bench   speed benchmarks (ratios measured side by side in one run)
-#   make strategies  the allocation-strategy benchmark on CPU (docs/allocation.md; ~1 h on 2 cores)
+#   make mutation  mutation scores of the core modules against their own tests (docs/mutation.md; not in CI)
+#   make strategies  the allocation-strategy benchmark on CPU, two warm starts (docs/allocation.md; ~45 min on 2 cores)
+#   make smoke-target / strategies-target  the MLPerf-style fixed target from GRPO at reference seeds
 #   make real-model  GRPO vs GRPO-PODS with SmolLM2-135M-Instruct on CPU (docs/real-model.md; ~2 h on 2 cores)
 #   make bench-peer  pods-bench's GRPO step beside TRL's GRPOTrainer, per phase (installs the bench extra)
 #   make cost-model  the step-time model fitted on two smoke arms, checked on seven held out (docs/cost-model.md)
