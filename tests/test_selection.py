@@ -311,3 +311,20 @@ def test_batch_level_pruning_of_groups_of_different_sizes_is_one_line():
         "selection.scope: 'batch' (CPPO's batch-level pruning keeps groups x m rollouts) needs groups of one "
         "size; this step's groups have 2-4 rollouts"
     )
+
+
+def test_choose_samples_the_random_rule_from_the_generator_it_is_given():
+    """Steps 4-5 hand their generator to the rule, on the uniform path and on the ragged one (groups
+    of different sizes): the same seed keeps the same rollouts whatever torch's global RNG did in
+    between, another seed keeps others."""
+    from pods_bench.selection import choose
+
+    s = _selection(rule="random", n=8, m=2)
+    uniform = torch.rand(6, 8, generator=torch.Generator().manual_seed(0))
+    ragged = [torch.rand(k, generator=torch.Generator().manual_seed(k)) for k in (8, 6, 8, 6, 8, 6)]
+    for rewards in (uniform, ragged):
+        kept = []
+        for seed in (5, 5, 6):
+            torch.manual_seed(len(kept))  # the global RNG moves between the calls
+            kept.append(choose(rewards, s, torch.Generator().manual_seed(seed)).cols)
+        assert torch.equal(kept[0], kept[1]) and not torch.equal(kept[0], kept[2])
