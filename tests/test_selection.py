@@ -328,3 +328,16 @@ def test_choose_samples_the_random_rule_from_the_generator_it_is_given():
             torch.manual_seed(len(kept))  # the global RNG moves between the calls
             kept.append(choose(rewards, s, torch.Generator().manual_seed(seed)).cols)
         assert torch.equal(kept[0], kept[1]) and not torch.equal(kept[0], kept[2])
+
+
+def test_negative_rewards_order_like_floats():
+    """The sort keys flip the magnitude bits of negative rewards (pods_bench/selection.py
+    `_order_keys`): max_reward then picks what a stable descending sort of the floats picks, for
+    rewards of both signs (-0.0 ties with +0.0, the earlier rollout first)."""
+    rewards = torch.tensor([[-0.5, -2.0, 0.3, -1.0, -0.0, 0.0, -3.5, 0.3]])
+    # descending: 0.3 (2), 0.3 (7), then the zeros (4, 5), -0.5 (0), -1.0 (3), -2.0 (1), -3.5 (6)
+    assert select("max_reward", rewards, 6).tolist() == [[2, 7, 4, 5, 0, 3]]
+    g = torch.Generator().manual_seed(3)
+    mixed = torch.randn(5, 16, generator=g)
+    expected = torch.sort(mixed, dim=1, descending=True, stable=True).indices[:, :4]
+    assert torch.equal(select("max_reward", mixed, 4), expected)
