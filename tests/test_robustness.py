@@ -12,6 +12,7 @@ import pytest
 
 from pods_bench.analysis.load import load_experiments
 from pods_bench.analysis.robustness import robustness_markdown, robustness_table, starts_of
+from pods_bench.analysis.speedup import compare_arms
 from pods_bench.analysis.tidy import START_COLUMNS, Results
 from tests.test_analysis_speedup import make_experiment
 
@@ -50,7 +51,8 @@ CURVES = {
 
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
-    return robustness_table(experiment(CURVES), "grpo", "arith", "answer_acc", n_bootstrap=999)
+    exp = experiment(CURVES)
+    return robustness_table(exp, compare_arms(exp, "grpo", "arith", "answer_acc", n_bootstrap=999), n_bootstrap=999)
 
 
 def row(table: pd.DataFrame, arm: str, start: str) -> pd.Series:
@@ -111,7 +113,7 @@ def test_the_markdown_has_a_line_per_arm_with_its_verdicts(table):
 
 def test_one_start_gives_no_rows_and_says_so():
     one = experiment({"grpo": {A: GRPO, B: GRPO}, "steady": {A: FAST, B: FAST}}, seeds=[0, 2])
-    table = robustness_table(one, "grpo", "arith", "answer_acc", n_bootstrap=99)
+    table = robustness_table(one, compare_arms(one, "grpo", "arith", "answer_acc", n_bootstrap=99), n_bootstrap=99)
     assert table.empty
     assert "nothing to compare (set `warm_start.seeds`)" in robustness_markdown(table, "grpo")
 

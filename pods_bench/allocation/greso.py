@@ -69,15 +69,7 @@ class GresoConfig(RoundsConfig):
 @ALLOCATION_STRATEGIES.register("greso", settings=GresoConfig)
 class Greso(DynamicSampling):
     # what collect() logs after the step record (docs/results-format.md)
-    counters = (
-        "num_gen_batches",
-        "groups_sampled",
-        "groups_discarded_zero_std",
-        "groups_discarded_surplus",
-        "prompts_skipped",
-        "p_easy",
-        "p_hard",
-    )
+    counters = (*DynamicSampling.counters, "prompts_skipped", "p_easy", "p_hard")
 
     name = "greso"
 

@@ -61,25 +61,29 @@ def starts_of(exp: Results) -> dict[str, list[int]]:
     return {start: seeds[start] for start in sorted(seeds.index, key=lambda s: seeds[s][0])}
 
 
-def robustness_table(
-    exp: Results, baseline: str, benchmark: str, metric: str, n_bootstrap: int = 9999, seed: int = 0
-) -> pd.DataFrame:
-    """ROBUSTNESS_COLUMNS; no rows when the runs share one starting model."""
+def robustness_table(exp: Results, pooled: pd.DataFrame, n_bootstrap: int = 9999, seed: int = 0) -> pd.DataFrame:
+    """ROBUSTNESS_COLUMNS; no rows when the runs share one starting model. `pooled` is compare_arms'
+    table on all runs (speedups.csv: the summary has it already), whose baseline, benchmark and
+    metric each start's comparison repeats on its own seeds."""
     starts = starts_of(exp)
     if len(starts) < 2:
         return pd.DataFrame(columns=ROBUSTNESS_COLUMNS)
+    first = pooled.iloc[0]
     blocks = []
     for start, seeds in [*starts.items(), (POOLED, sorted(exp.evals["seed"].unique()))]:
-        part = exp if start == POOLED else exp.with_seeds(seeds)
-        rows = compare_arms(
-            part,
-            baseline,
-            benchmark,
-            metric,
-            n_bootstrap=n_bootstrap,
-            seed=seed,
-            gain_fractions=(GAIN,),
-            progress=False,
+        rows = (
+            pooled
+            if start == POOLED
+            else compare_arms(
+                exp.with_seeds(seeds),
+                first["baseline"],
+                first["benchmark"],
+                first["metric"],
+                n_bootstrap=n_bootstrap,
+                seed=seed,
+                gain_fractions=(GAIN,),
+                progress=False,
+            )
         )
         blocks.append(
             pd.DataFrame(
@@ -114,6 +118,14 @@ def agreement(verdicts: set[str]) -> str:
     return "contradicted" if {"faster", "slower"} <= verdicts else "partly"
 
 
+# the last column of robustness.md for an arm whose verdicts disagree or say nothing
+OUTCOMES = {
+    "contradicted": "no: **contradicted**",
+    "partly": "no: unclear on some",
+    "unclear": "no: unclear on every start",
+}
+
+
 def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
     """One line per arm: its verdict on each start and on all runs together, and whether it holds."""
     head = f"# Do the conclusions hold on every warm start? (time to 80 % of {baseline}'s gain)\n\n"
@@ -138,14 +150,9 @@ def robustness_markdown(table: pd.DataFrame, baseline: str) -> str:
         for start in starts:
             r = rows[rows["start"] == start].iloc[0]
             cells.append(_cell(r))
-        outcome = {
-            "holds": f"**yes**: {rows['verdict'].iloc[0]}",
-            "contradicted": "no: **contradicted**",
-            "unclear": "no: unclear on every start",
-        }
-        lines.append(
-            f"| {arm} | " + " | ".join(cells) + f" | {outcome.get(rows['agreement'].iloc[0], 'no: unclear on some')} |"
-        )
+        agree = rows["agreement"].iloc[0]
+        outcome = f"**yes**: {rows['verdict'].iloc[0]}" if agree == "holds" else OUTCOMES[agree]
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {outcome} |")
     return "\n".join(lines) + "\n"
 
 

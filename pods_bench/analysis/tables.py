@@ -120,7 +120,7 @@ def summarize(exp: Results, options: AnalysisOptions = AnalysisOptions(), progre
         cost_table(exp, compare),
         waste_table(exp),
         mlperf,
-        robustness_table(exp, baseline, benchmark, metric, options.n_bootstrap, options.seed),
+        robustness_table(exp, speedups, options.n_bootstrap, options.seed),
     )
 
 
