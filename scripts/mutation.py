@@ -57,7 +57,6 @@ def run_module(module: str, tests: list[str], scratch: Path) -> dict:
     subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
     with open(copy / "pyproject.toml", "a", encoding="utf-8") as f:
         f.write(mutmut_section(module, tests))
-    (copy.parent / "shared").exists() or (copy.parent / "shared").symlink_to(ROOT.parent / "shared")
     mutmut = [sys.executable, "-m", "mutmut"]
     subprocess.run([*mutmut, "run", "--max-children", str(os.cpu_count() or 1)], cwd=copy, check=False)
     listing = subprocess.run([*mutmut, "results", "--all", "true"], cwd=copy, capture_output=True, text=True).stdout
@@ -83,6 +82,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pods-bench-mutation-") as scratch:
+        # the tests read the data beside the project root: ../shared of each copy
+        (Path(scratch) / "shared").symlink_to(ROOT.parent / "shared")
         for module in args.only or MODULES:
             result = run_module(module, MODULES[module], Path(scratch))
             c = result["counts"]
