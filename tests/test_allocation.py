@@ -612,7 +612,8 @@ def test_bad_allocation_settings_are_one_line(overrides, message):
 
 
 def test_every_strategy_is_registered_and_composes_with_every_rule():
-    assert set(ALLOCATION_STRATEGIES) == {
+    # the built-in ones at least; a strategy added later is looped over below without an edit here
+    assert set(ALLOCATION_STRATEGIES) >= {
         "uniform",
         "dynamic_sampling",
         "greso",

@@ -29,7 +29,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+# the messages that list a registry's plugins are built from it, so a new plugin needs no edit here
+from pods_bench.allocation import ALLOCATION_STRATEGIES
 from pods_bench.cli import main as cli
+from pods_bench.engines import load_engines
+from pods_bench.selection import SELECTION_RULES
 from tests.test_analysis_runs import write_run
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT, snakemake
 from tests.tiny_runs import tiny_run
@@ -284,7 +288,7 @@ CASES = [
         train_config(),
         TRAIN + " --set allocation.strategy=dapo",
         "pods-bench: error: config key allocation.strategy: unknown strategy 'dapo'; "
-        "choose from uniform, dynamic_sampling, greso, pilot_commit, vigor, hora, reward_variance_filter",
+        f"choose from {', '.join(ALLOCATION_STRATEGIES)}",
         NO_RUN,
     ),
     Case(
@@ -300,14 +304,14 @@ CASES = [
         train_config(),
         TRAIN + " --set selection.rule=best_of",
         "pods-bench: error: config key selection.rule: unknown rule 'best_of'; "
-        "choose from max_variance, max_reward, random, all, max_abs_advantage",
+        f"choose from {', '.join(SELECTION_RULES)}",
         NO_RUN,
     ),
     Case(
         "unknown engine",
         train_config(),
         TRAIN + " --set engine.name=tgi",
-        "pods-bench: error: config key engine.name: unknown engine 'tgi'; choose from hf, vllm",
+        f"pods-bench: error: config key engine.name: unknown engine 'tgi'; choose from {', '.join(load_engines())}",
         NO_RUN,
     ),
     Case(

@@ -44,23 +44,11 @@ def test_the_page_documents_every_field_of_the_step_record_and_nothing_else():
     assert set(counters) == declared
 
 
-# each registered strategy's settings for a one-step tiny run (selection.n = 4): a strategy added to
-# the registry without an entry here fails the test below, so its counters cannot go undocumented
-ONE_STEP_SETTINGS = {
-    "uniform": {},
-    "dynamic_sampling": {"when_short": "train", "max_rounds": 1},
-    "greso": {"when_short": "train", "max_rounds": 1},
-    "pilot_commit": {"when_short": "train", "max_rounds": 1},
-    "vigor": {"rounds": 2},  # 4 prompts x 2 rollouts, then 2 x 4: the P x n = 16 of the budget
-    "hora": {"probe_rollouts": 2},
-    "reward_variance_filter": {},
-}
-
-
 @pytest.mark.parametrize("strategy", list(ALLOCATION_STRATEGIES))
 def test_a_run_writes_the_step_record_then_documented_counters(tmp_path, strategy):
-    assert strategy in ONE_STEP_SETTINGS, f"add {strategy!r} to ONE_STEP_SETTINGS"
-    section = {strategy: ONE_STEP_SETTINGS[strategy]} if ONE_STEP_SETTINGS[strategy] else {}
+    # each strategy trains with the settings its class gives for a one-step tiny run (selection.n = 4)
+    example = ALLOCATION_STRATEGIES[strategy].example_settings
+    section = {strategy: example} if example else {}
     settings = tiny_run(tmp_path / "run", allocation={"strategy": strategy, **section}, budget={"max_steps": 1})
     train(config_from_dict(settings), progress=False)
     (line,) = read_lines(tmp_path / "run" / "train_log.jsonl")

@@ -30,6 +30,10 @@ class AllocationStrategy(ABC):
     # the names of the counters `collect` returns, each a train_log field after the step record: the
     # one place they are declared (tests/test_results_format.py checks the log and the docs against it)
     counters: tuple[str, ...] = ()
+    # settings of its section allocation.<name> under which one step of a tiny run (4 prompts x
+    # 4 rollouts, P x n = 16) finishes: what tests/test_results_format.py trains each strategy with,
+    # so a new strategy is covered there without editing the test
+    example_settings: dict = {}
 
     def __init__(self, cfg: TrainConfig, num_prompts: int):
         self.cfg, self.num_prompts = cfg, num_prompts

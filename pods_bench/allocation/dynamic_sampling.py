@@ -62,6 +62,7 @@ class DynamicSampling(AllocationStrategy):
 
     # what collect() logs after the step record (docs/results-format.md)
     counters = ("num_gen_batches", "groups_sampled", "groups_discarded_zero_std", "groups_discarded_surplus")
+    example_settings = {"when_short": "train", "max_rounds": 1}
 
     name = "dynamic_sampling"
 

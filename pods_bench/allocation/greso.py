@@ -70,6 +70,7 @@ class GresoConfig(RoundsConfig):
 class Greso(DynamicSampling):
     # what collect() logs after the step record (docs/results-format.md)
     counters = (*DynamicSampling.counters, "prompts_skipped", "p_easy", "p_hard")
+    example_settings = {"when_short": "train", "max_rounds": 1}
 
     name = "greso"
 

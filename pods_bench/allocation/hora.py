@@ -74,6 +74,7 @@ def allocate(successes: list[int], probes: int, extra: int) -> list[int]:
 class Hora(AllocationStrategy):
     # what collect() logs after the step record (docs/results-format.md)
     counters = ("num_gen_batches", "groups_sampled", "group_size_min", "group_size_max")
+    example_settings = {"probe_rollouts": 2}
 
     name = "hora"
 

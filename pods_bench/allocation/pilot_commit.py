@@ -108,6 +108,7 @@ class PilotCommit(AllocationStrategy):
         "prompts_evicted",
         "commit_age_mean",
     )
+    example_settings = {"when_short": "train", "max_rounds": 1}
 
     name = "pilot_commit"
 

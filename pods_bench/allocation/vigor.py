@@ -59,6 +59,7 @@ class VigorConfig:
 class Vigor(AllocationStrategy):
     # what collect() logs after the step record (docs/results-format.md)
     counters = ("num_gen_batches", "groups_sampled", "group_size_min", "group_size_max")
+    example_settings = {"rounds": 2}  # 4 prompts x 2 rollouts, then 2 x 4: the P x n = 16 of the budget
 
     name = "vigor"
 
