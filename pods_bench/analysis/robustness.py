@@ -3,7 +3,7 @@
 An experiment with several warm starts (`warm_start.seeds`, pods_bench/experiment.py) trains run seed
 k from warm start seeds[k % len(seeds)]. The strategies benchmark needs this because its verdicts
 moved with the warm start: from a 480-step one Pilot-Commit reached 80 % of GRPO's gain 2.2x sooner,
-from a 720-step one 1.29x (docs/allocation.md). Here every arm is compared with the baseline on the
+from a 720-step one 1.29x (docs/notebook/strategies.md). Here every arm is compared with the baseline on the
 runs of each starting model alone (compare_arms on that subset of seeds, which stay paired by
 seed), by the statistic the strategies benchmark reads: the time to 80 % of the baseline's gain,
 the gain measured from that start. Each comparison gets a verdict from its 95 % bootstrap interval:
