@@ -3,9 +3,9 @@ defaults in code), the schema's one-line messages, the hardware setup, and the t
 each run. What each job asks the scheduler for and runs is the workflow's adapter,
 pods_bench/workflow_jobs.py.
 
-The JSON schema (workflows/schemas/config.schema.yaml) stays the place Snakemake checks a config
-against, and where every key is documented; `Experiment` has the same keys and defaults, which
-tests/test_experiment.py keeps in step (`test_the_experiment_dataclass_follows_the_schema`).
+Each key is declared once, in the classes below (type, default, limits, description); the JSON
+schema Snakemake checks a config against (workflows/schemas/config.schema.yaml) is written from them
+(`python -m pods_bench.experiment --write-schema`, checked by tests/test_experiment.py).
 
 The workflow (workflows/rules/*.smk) and the tests (tests/test_fidelity.py, tests/test_experiment.py)
 both build runs this way, so what the paper configs claim is what the training jobs get:
@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,9 +33,10 @@ import yaml
 from pods_bench import layout
 from pods_bench.config import config_from_dict, flatten
 from pods_bench.errors import PodsBenchError, require
+from pods_bench.io import atomic_write_text
 from pods_bench.layout import ExperimentLayout
 from pods_bench.tasks import get_task
-from pods_bench.typed_config import section_from_dict
+from pods_bench.typed_config import config_key, json_schema, section_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflows" / "schemas" / "config.schema.yaml"
@@ -55,17 +56,29 @@ WORKFLOW_KEYS = {
 }
 
 
-# --- the experiment: what config/<experiment>.yaml holds (the schema documents every key) ----------
+# --- the experiment: what config/<experiment>.yaml holds --------------------------------------------
+# Each key is declared once, here: its type, default, limits and description. The JSON schema that
+# Snakemake checks a config against (workflows/schemas/config.schema.yaml) is written from these
+# classes (`python -m pods_bench.experiment --write-schema`; tests/test_experiment.py checks it is
+# up to date).
+
+NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"  # names that become folder names
 
 
 @dataclass
 class Arm:
     """One compared training variant (an arm name becomes a folder name)."""
 
-    rule: str  # selection rule (trainer key selection.rule); "all" with n == m is vanilla GRPO
-    n: int  # rollouts generated per prompt
-    m: int  # rollouts trained on per prompt
-    set: dict[str, Any] = field(default_factory=dict)  # other trainer settings as dotted keys (--set key=value)
+    rule: str = config_key(
+        description='selection rule (trainer key selection.rule); "all" with n == m is vanilla GRPO'
+    )
+    n: int = config_key(description="rollouts generated per prompt", minimum=2)
+    m: int = config_key(description="rollouts trained on per prompt", minimum=2)
+    set: dict[str, Any] = config_key(
+        default_factory=dict,
+        description="other trainer settings of this arm, as dotted keys (passed as --set key=value)",
+        propertyNames={"pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$"},
+    )
 
 
 @dataclass
@@ -73,14 +86,22 @@ class WarmStart:
     """Build the starting model with `pods-bench pretrain` (the smoke model) instead of loading one."""
 
     enabled: bool = False
-    name: str = "arith-tiny"  # folder under results/warm_start/ (shared by experiments with the same settings)
-    steps: int | None = None
-    seconds: float | None = None
-    seed: int = 0
-    # several warm starts, one per pretraining seed (replacing `seed`): run seed k starts from the
-    # warm start of seeds[k % len(seeds)], so that a conclusion can be checked on each of them
-    # (summary/robustness.md); None: the one warm start of `seed`
-    seeds: list[int] | None = None
+    name: str = config_key(
+        "arith-tiny",
+        description="folder under results/warm_start/ (shared by experiments with the same settings)",
+        pattern=NAME,
+    )
+    steps: int | None = config_key(None, minimum=1)
+    seconds: float | None = config_key(None, exclusiveMinimum=0)
+    seed: int = config_key(0, minimum=0)
+    seeds: list[int] | None = config_key(
+        None,
+        description="several warm starts, one per pretraining seed (replacing seed): run seed k starts from the "
+        "warm start of seeds[k % len(seeds)] (summary/robustness.md compares the arms on each); null: one",
+        items={"minimum": 0},
+        minItems=1,
+        uniqueItems=True,
+    )
 
     @property
     def pretraining_seeds(self) -> list[int]:
@@ -100,47 +121,133 @@ class WarmStart:
 class AnalysisChoices:
     """What the speed-up table compares; None: the analysis chooses."""
 
-    baseline: str | None = None  # the arm the others are compared with
+    baseline: str | None = config_key(None, description="the arm the others are compared with")
     benchmark: str | None = None
     metric: Literal["answer_acc", "format_acc", "both_acc"] | None = None
-    q: float | None = None  # the threshold is q x the baseline's peak accuracy
-    bootstrap: int | None = None  # bootstrap resamples of the confidence intervals (aggregate only)
-    # the fixed target of the MLPerf-style table (aggregate only), derived before the runs from
-    # separate baseline seeds with `pods-bench target` (pods_bench/analysis/time_to_target.py)
-    target: float | None = None
+    q: float | None = config_key(
+        None, description="the threshold is q x the baseline's peak accuracy", exclusiveMinimum=0, maximum=1
+    )
+    bootstrap: int | None = config_key(
+        None, description="bootstrap resamples of the confidence intervals (aggregate only)", minimum=0
+    )
+    target: float | None = config_key(
+        None,
+        description="the fixed target accuracy of the MLPerf-style time-to-target table (summary/mlperf.md), "
+        "derived before the runs from separate baseline seeds with `pods-bench target` "
+        "(pods_bench/analysis/time_to_target.py); null: none",
+        exclusiveMinimum=0,
+        maximum=1,
+    )
 
 
 @dataclass
 class BaselineStepsBudget:
     """The budget as `steps` of the baseline arm, timed on this machine (pods_bench/calibration.py)."""
 
-    steps: int
-    checkpoints: int = 12  # a checkpoint every budget / checkpoints seconds
-    timed_steps: int = 3  # timed after calibration.UNTIMED_STEPS untimed ones; their median
-    # timed runs trained at once; None: as many as the workflow trains at once here (common.smk)
-    side_by_side: int | None = None
+    steps: int = config_key(minimum=1)
+    checkpoints: int = config_key(12, description="a checkpoint every budget / checkpoints seconds", minimum=1)
+    timed_steps: int = config_key(
+        3, description="steps timed after two untimed ones (the budget uses their median)", minimum=1
+    )
+    side_by_side: int | None = config_key(
+        None,
+        description="copies of the timed run trained at once, since a step beside another job is slower than "
+        "alone; null: as many as the workflow trains at once here (the cores over a training job's threads, "
+        "at most the number of runs; 1 under a cluster executor)",
+        minimum=1,
+    )
 
 
-@dataclass
+_RESOURCE = {"gpu": {"type": "integer", "minimum": 0}, "cpus": {"type": "integer", "minimum": 1}}
+_RESOURCE["mem_mb"] = {"type": "integer", "minimum": 1}
+_TRAIN_RESOURCES = {
+    **_RESOURCE,
+    "runtime_factor": {"type": "number", "exclusiveMinimum": 0},
+    "runtime_overhead_min": {"type": "number", "minimum": 0},
+    "runtime_min": {"type": "integer", "minimum": 1},
+}
+_EVALUATE_RESOURCES = {**_RESOURCE, "runtime_min": {"type": "integer", "minimum": 1}}
+
+
+def _closed(properties: dict) -> dict:
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+@dataclass(kw_only=True)
 class Experiment:
-    """An experiment: arms x seeds x training benchmark x evaluation benchmarks x hardware setup."""
+    """One experiment of the replication workflow: arms (selection rule, n, m, other trainer settings)
+    x seeds x training benchmark x evaluation benchmarks x hardware setup. The workflow checks its
+    schema (filling in the defaults) before any job starts; the trainer settings under `train` and
+    `arms.<arm>.set` are then checked by the trainer's own config loader (pods_bench/config.py)."""
 
-    experiment: str  # results go to results/<experiment>/, figures to figures/<experiment>/
-    hardware: str  # a setup of config/hardware.yaml
-    seeds: list[int]  # one training run per (arm, seed)
-    benchmark: str  # the training task (trainer key task.name)
-    eval_benchmarks: list[str]  # every checkpoint is evaluated on these (trainer key eval.benchmarks)
-    arms: dict[str, Arm]
+    experiment: str = config_key(
+        description="results go to results/<experiment>/, figures to figures/<experiment>/", pattern=NAME
+    )
     description: str = ""
-    source: str = ""  # where the settings come from (paper section, file and line of the official code)
-    train_base: str | None = None  # a trainer config file holding the settings every arm shares
-    train: dict[str, Any] = field(default_factory=dict)  # trainer settings merged over train_base
-    warm_start: WarmStart = field(default_factory=WarmStart)
-    analysis: AnalysisChoices = field(default_factory=AnalysisChoices)
-    budget_in_baseline_steps: BaselineStepsBudget | None = None  # None: train.budget's seconds
-    pair_seeds: bool = True  # a seed's training jobs wait for every run of the seed before it
-    resources: dict[str, Any] = field(default_factory=dict)  # per-job resources replacing the setup's
-    paper_logs: str = "../shared/data/pods-paper-logs"  # published logs ($PODS_BENCH_PAPER_LOGS wins)
+    source: str = config_key(
+        "", description="where the settings come from (paper section, file and line of the official code)"
+    )
+    hardware: str = config_key(
+        description="a setup of config/hardware.yaml (cpu, cpu_ddp, l40s, h200, h100x8, a100x8)"
+    )
+    seeds: list[int] = config_key(
+        description="one training run per (arm, seed); integers, given in a config file",
+        minItems=1,
+        uniqueItems=True,
+        items={"minimum": 0},
+    )
+    benchmark: str = config_key(description="the training task (trainer key task.name)")
+    eval_benchmarks: list[str] = config_key(
+        description="benchmarks every checkpoint is evaluated on (trainer key eval.benchmarks)",
+        minItems=1,
+        uniqueItems=True,
+    )
+    arms: dict[str, Arm] = config_key(
+        description="the compared training variants; arm names become folder names",
+        minProperties=1,
+        propertyNames={"pattern": NAME},
+    )
+    train_base: str | None = config_key(
+        None,
+        description="a trainer config file (relative to the project root, e.g. config/train/qwen2.5-3b-lora.yaml) "
+        "holding the settings shared by every arm; `train` is merged over it",
+    )
+    train: dict[str, Any] = config_key(
+        default_factory=dict,
+        description="trainer settings shared by every arm, nested as in the trainer's YAML config",
+    )
+    warm_start: WarmStart = config_key(
+        default_factory=WarmStart,
+        description="build the starting model with `pods-bench pretrain` (the smoke model) instead of loading one",
+    )
+    analysis: AnalysisChoices = config_key(
+        default_factory=AnalysisChoices, description="what the speed-up table compares (null -- the analysis chooses)"
+    )
+    budget_in_baseline_steps: BaselineStepsBudget | None = config_key(
+        None,
+        description="the training budget as a number of the baseline arm's (analysis.baseline) steps, timed on this "
+        "machine before the runs by the `calibrate` job (pods_bench/calibration.py): every arm gets the same "
+        "seconds of training clock, steps x the baseline's measured seconds per step, with a checkpoint every "
+        "budget / checkpoints seconds; train.budget.max_train_time_s, if set, caps it. null: the budget is "
+        "train.budget's, in seconds",
+    )
+    pair_seeds: bool = config_key(
+        True,
+        description="the arms of one seed train side by side: a seed's training jobs wait until every run of the "
+        "seed before it (in `seeds`) is finished, evaluation included, so every arm of a seed trains under the "
+        "same machine conditions and the analysis pairs arms by seed (docs/workflow.md); false lets the seeds "
+        "run at once (a cluster where every job has a node of its own)",
+    )
+    resources: dict[str, Any] = config_key(
+        default_factory=dict,
+        description="per-job resources that replace the hardware setup's (same keys as config/hardware.yaml)",
+        schema=_closed({"train": _closed(_TRAIN_RESOURCES), "evaluate": _closed(_EVALUATE_RESOURCES)}),
+    )
+    paper_logs: str = config_key(
+        "../shared/data/pods-paper-logs",
+        description="published-logs folder for the `paper_figures` target, relative to the project root "
+        "(the environment variable PODS_BENCH_PAPER_LOGS wins)",
+    )
 
     def __post_init__(self):
         if self.budget_in_baseline_steps is not None:
@@ -169,6 +276,22 @@ class Experiment:
     @property
     def layout(self) -> ExperimentLayout:
         return ExperimentLayout(self.experiment)
+
+
+# --- the schema file, written from the classes above -----------------------------------------------
+
+
+def schema_text() -> str:
+    """workflows/schemas/config.schema.yaml as `Experiment` declares it."""
+    doc = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "pods-bench experiment",
+        "description": " ".join(Experiment.__doc__.split()),
+        **json_schema(Experiment),
+    }
+    header = "# Written from pods_bench/experiment.py by `python -m pods_bench.experiment --write-schema`: edit the\n"
+    header += "# classes there, not this file (tests/test_experiment.py checks that the two agree).\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)
 
 
 # --- checking an experiment config (each mistake one line naming the key) ---------------------------
@@ -398,3 +521,12 @@ def resolve_arms(path: str | Path) -> dict:
     """Arm -> the trainer config of its first seed, as the workflow's training job gets it."""
     config, hardware = load_experiment(path)
     return resolve_runs(config, hardware)[1]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--write-schema"]:
+        sys.exit("usage: python -m pods_bench.experiment --write-schema")
+    atomic_write_text(SCHEMA, schema_text())
+    print(f"wrote {SCHEMA.relative_to(ROOT)}")

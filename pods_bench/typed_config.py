@@ -111,3 +111,74 @@ def section_from_dict(cls, data, key: str = ""):
         if str(e).startswith(("config key ", "unknown config key ")):  # already names its key in full
             raise
         raise PodsBenchError(f"config key {key or '<root>'}: {e}") from None  # e.g. RewardConfig's
+
+
+# --- a dataclass as a JSON schema: the keys, types, defaults and limits declared once, in code ------
+# (jsonschema and Snakemake read a schema file; none of the field's libraries writes one from a
+# dataclass with its own limits and descriptions, hence these few lines)
+
+
+def config_key(
+    default=dataclasses.MISSING, *, default_factory=dataclasses.MISSING, description=None, schema=None, **limits
+):
+    """A dataclass field that documents itself for `json_schema`: its `description`, JSON-schema
+    `limits` (minimum, pattern, minItems, items={...}, ...) added to the schema its type gives, or a
+    whole `schema` in its place (a mapping the dataclass keeps as plain data)."""
+    meta = {"description": description, "schema": schema, "limits": limits}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"json_schema": meta})
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _type_schema(tp) -> dict:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any or tp is dict:
+        return {"type": "object"} if tp is dict else {}
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        if is_dataclass_type(inner):  # null first: filling in defaults descends into the first branch that fits
+            return {"anyOf": [{"type": "null"}, _type_schema(inner)]}
+        schema = _type_schema(inner)
+        schema["type"] = [schema["type"], "null"]
+        if "enum" in schema:
+            schema["enum"] = [*schema["enum"], None]
+        return schema
+    if origin is Literal:
+        return {"type": _JSON_TYPES[type(args[0])], "enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0])}
+    if origin is dict:
+        schema = {"type": "object"}
+        if is_dataclass_type(args[1]):
+            schema["additionalProperties"] = _type_schema(args[1])
+        return schema
+    if is_dataclass_type(tp):
+        return json_schema(tp)
+    return {"type": _JSON_TYPES[tp]}
+
+
+def json_schema(cls) -> dict:
+    """The JSON schema of dataclass `cls`: an object of exactly its fields, those without a default
+    required, each typed by its annotation and documented by its `config_key(...)` metadata."""
+    hints = typing.get_type_hints(cls)
+    properties, required = {}, []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("json_schema", {})
+        schema = dict(meta["schema"]) if meta.get("schema") else _type_schema(hints[f.name])
+        for name, limit in meta.get("limits", {}).items():
+            schema[name] = {**schema[name], **limit} if isinstance(limit, dict) and name in schema else limit
+        if meta.get("description"):
+            schema = {"description": meta["description"], **schema}
+        if f.default is not dataclasses.MISSING:
+            schema["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+            schema["default"] = {} if is_dataclass_type(type(value)) else value
+        else:
+            required.append(f.name)
+        properties[f.name] = schema
+    out = {"type": "object", "additionalProperties": False}
+    if required:
+        out["required"] = required
+    return {**out, "properties": properties}

@@ -5,8 +5,10 @@ prints (tests/test_bad_input.py checks the same lines end to end)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
 import sys
+import typing
 
 import pytest
 import yaml
@@ -14,6 +16,7 @@ import yaml
 from pods_bench import experiment
 from pods_bench import workflow_jobs as jobs
 from pods_bench.errors import PodsBenchError
+from pods_bench.typed_config import config_key, json_schema
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT
 
 
@@ -159,29 +162,64 @@ def test_the_paper_configs_follow_the_schema():
             assert experiment.schema_error(raw(path.stem)) is None, path.name
 
 
-def test_the_experiment_dataclass_follows_the_schema():
-    """Experiment's keys, required keys and defaults (in code) are the schema's (where Snakemake
-    checks a config and every key is documented): the same keys at every level, and Experiment's
-    defaults equal to those Snakemake's `validate` fills in, on every experiment config, with an arm
-    that leaves `set` out and a config that leaves out whole sections."""
-    import dataclasses
-
-    from snakemake.utils import validate
-
-    def keys_match(cls, schema, where):
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        assert set(fields) == set(schema["properties"]), where
-        required = {name for name, f in fields.items() if f.default is f.default_factory is dataclasses.MISSING}
-        assert required == set(schema.get("required", [])), where
-
-    schema = experiment.read_schema(experiment.SCHEMA)
-    keys_match(experiment.Experiment, schema, "experiment")
-    keys_match(experiment.Arm, schema["properties"]["arms"]["additionalProperties"], "arms.<arm>")
-    keys_match(experiment.WarmStart, schema["properties"]["warm_start"], "warm_start")
-    keys_match(experiment.AnalysisChoices, schema["properties"]["analysis"], "analysis")
-    keys_match(
-        experiment.BaselineStepsBudget, schema["properties"]["budget_in_baseline_steps"]["anyOf"][1], "budget_in_…"
+def test_the_schema_file_is_written_from_the_experiment_classes():
+    """Each experiment key is declared once, in pods_bench/experiment.py; the schema Snakemake checks
+    is written from it, and an edit of either alone fails here."""
+    assert experiment.SCHEMA.read_text(encoding="utf-8") == experiment.schema_text(), (
+        "run `python -m pods_bench.experiment --write-schema`"
     )
+
+
+@dataclasses.dataclass
+class SchemaInner:
+    k: int = config_key(minimum=1)
+
+
+@dataclasses.dataclass
+class SchemaOuter:
+    name: str = config_key(description="a name", pattern="^a")
+    ids: list[int] = config_key(default_factory=list, items={"minimum": 0}, minItems=1)
+    rate: float | None = config_key(None, exclusiveMinimum=0)
+    mode: typing.Literal["x", "y"] | None = None
+    inner: SchemaInner | None = None
+    plain: dict[str, typing.Any] = config_key(default_factory=dict, schema={"type": "object", "maxProperties": 2})
+
+
+def test_a_dataclass_becomes_the_json_schema_of_its_keys():
+    """typed_config.json_schema on a small class, the schema worked out by hand: required keys are
+    those without a default, `X | None` adds null (a section that may be null is anyOf null first),
+    Literal is an enum, and `config_key(...)` adds the description and limits (list items' limits merged)."""
+    assert json_schema(SchemaOuter) == {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name"],
+        "properties": {
+            "name": {"description": "a name", "type": "string", "pattern": "^a"},
+            "ids": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1, "default": []},
+            "rate": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": None},
+            "mode": {"type": ["string", "null"], "enum": ["x", "y", None], "default": None},
+            "inner": {
+                "anyOf": [
+                    {"type": "null"},
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["k"],
+                        "properties": {"k": {"type": "integer", "minimum": 1}},
+                    },
+                ],
+                "default": None,
+            },
+            "plain": {"type": "object", "maxProperties": 2, "default": {}},
+        },
+    }
+
+
+def test_the_experiment_defaults_are_those_snakemake_fills_in():
+    """Experiment's defaults equal those Snakemake's `validate` fills in from the written schema, on
+    every experiment config, with an arm that leaves `set` out and a config that leaves out whole
+    sections."""
+    from snakemake.utils import validate
 
     configs = [raw(p.stem) for p in sorted(CONFIG_DIR.glob("*.yaml")) if p.stem not in ("hardware", "models")]
     bare = {
