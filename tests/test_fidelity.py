@@ -3,12 +3,14 @@
 Every row names a setting group, a trainer config key (or an experiment-config key, `experiment:<key>`),
 the value the authors' code used with its source (github.com/YixuanEvenXu/pods, commit:path:line),
 and whether pods-bench runs the same value or deliberately another one (then `ours` and why). The
-tests check three things:
+tests check four things:
   - every paper config, resolved exactly as the workflow's training jobs get them
     (pods_bench/experiment.py), runs the value its row states;
   - every cited line exists in the authors' file at the cited commit and shows the authors' value
     (`shows`: text those lines must contain), read from byte-identical copies of the cited files in
     PODS_BENCH_UPSTREAM_DIR (default ../shared/upstream/<repo>@<commit>/<path>, see its SOURCES.md);
+  - every row's official value follows from the text of its cited lines: a number or word found there,
+    or read from them by the row's READINGS entry (NOT_READ lists the row no copied file shows);
   - every config key that changes the loss, sampling, evaluation or the clock has a row for every
     paper setting where it acts (NOT_RESULT_KNOBS lists the others, each with its reason).
 docs/fidelity.md's table is generated from ROWS; after changing a row or a config, regenerate it with
