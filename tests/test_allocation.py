@@ -715,3 +715,47 @@ def test_the_reward_variance_filter_trains_a_short_batch_and_counts_why():
     assert batch.prompt == [order[0], order[2]] and stats["groups_discarded_low_std"] == 1
     with pytest.raises(PodsBenchError, match="reward_variance_filter.value must be in"):
         make_cfg("reward_variance_filter", value=1.5)
+
+
+def test_hora_allocation_matches_the_top_marginals_of_the_beta_posteriors_computed_with_scipy():
+    """allocate() against an independent reference: each prompt's posterior Beta(1 + s, 1 + G0 - s), its
+    marginal hit utilities u(l) = B(a + 1, b + l) / B(a, b) through scipy's beta function (floats), and
+    the `extra` largest of all prompts' marginals (u falls with l, so the top ones are the greedy's). The
+    cases have no tie at the cut, so rounding cannot decide them. One probe first: there a wrong posterior
+    gives finite utilities and a wrong allocation rather than a division by zero."""
+    from scipy.special import beta
+
+    from pods_bench.allocation.hora import allocate
+
+    def reference(successes: list[int], probes: int, extra: int) -> list[int]:
+        marginals = sorted(
+            (
+                (beta(1 + s + 1, 1 + probes - s + extra_so_far) / beta(1 + s, 1 + probes - s), i)
+                for i, s in enumerate(successes)
+                for extra_so_far in range(extra)
+            ),
+            reverse=True,
+        )
+        if extra < len(marginals):
+            assert marginals[extra - 1][0] - marginals[extra][0] > 1e-9  # no tie at the cut
+        counts = [0] * len(successes)
+        for _, i in marginals[:extra]:
+            counts[i] += 1
+        return counts
+
+    cases = [
+        ([0, 1], 1, 5),  # Beta(1, 2), Beta(2, 1): 2/3, 1/3, 1/6, 1/6, 1/10 -> (3, 2)
+        ([0, 2, 4], 4, 1),  # the one extra rollout to the likeliest-right prompt: utility 5/6
+        ([0, 2, 4], 4, 12),
+        ([1, 3, 0, 5], 5, 10),
+        ([2, 1, 0], 2, 9),
+        ([3], 3, 4),
+    ]
+    expected = {(tuple(s), p, e): reference(s, p, e) for s, p, e in cases}
+    assert expected[((0, 1), 1, 5)] == [3, 2] and expected[((0, 2, 4), 4, 1)] == [0, 0, 1]  # by hand, above
+    for successes, probes, extra in cases:
+        assert allocate(successes, probes, extra) == expected[(tuple(successes), probes, extra)], (
+            successes,
+            probes,
+            extra,
+        )

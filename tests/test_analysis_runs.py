@@ -302,3 +302,48 @@ def test_nothing_loadable_exits_2_with_one_stderr_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pods-bench: error: ") and "Traceback" not in result.stderr
     assert "eval.jsonl: line 2 is not valid JSON" in lines[0]
+
+
+# --- the baseline's peak, on hand-made curves ---------------------------------------------------------
+
+
+def hand_curve(arm: str, values: list[float]):
+    """One seed's curve on the checkpoint grid 0, 1, 2, 3 s."""
+    import numpy as np
+
+    from pods_bench.analysis.speedup import ArmCurves
+
+    return ArmCurves(arm, np.array([0.0, 1.0, 2.0, 3.0]), np.array([values]))
+
+
+def test_the_peaks_are_taken_after_the_start_and_the_threshold_from_the_baselines():
+    """max over t > 0 only: a start above everything later (0.9 at t = 0) is not the peak, and the first
+    checkpoint after it (t = 1) is. Baseline 0.6 at t = 1: T = 0.99 x 0.6 = 0.594, reached at t = 1 by
+    both; the arm's peak is its 0.7 at t = 1."""
+    import numpy as np
+
+    from pods_bench.analysis.speedup import pair_statistics
+
+    base = hand_curve("grpo", [0.9, 0.6, 0.5, 0.55])
+    arm = hand_curve("pods", [0.9, 0.7, 0.59, 0.65])
+    s = pair_statistics(base, base.curve()[None], arm, arm.curve()[None], q=0.99, gain_fractions=())
+    assert float(s["peak_base"][0]) == pytest.approx(0.6)
+    assert float(s["threshold"][0]) == pytest.approx(0.594)
+    assert float(s["peak_arm"][0]) == pytest.approx(0.7)
+    assert (float(s["t_base"][0]), float(s["t_arm"][0]), float(s["speedup"][0])) == (1.0, 1.0, 1.0)
+    assert np.isfinite(s["t_base"]).all()
+
+
+@pytest.mark.parametrize(
+    "values, rising",
+    [
+        ([0.1, 0.2, 0.3, 0.5], True),  # highest at the last checkpoint: still improving
+        ([0.9, 0.2, 0.3, 0.5], True),  # a higher start does not count: after it, the last is highest
+        ([0.1, 0.6, 0.3, 0.5], False),  # peaked at t = 1 and fell back
+        ([0.1, 0.5, 0.3, 0.5], False),  # the peak was first reached at t = 1: level since, not rising
+    ],
+)
+def test_the_baseline_is_still_rising_when_its_peak_after_the_start_is_its_last_checkpoint(values, rising):
+    from pods_bench.analysis.speedup import baseline_still_rising
+
+    assert baseline_still_rising(hand_curve("grpo", values)) is rising

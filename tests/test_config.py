@@ -171,3 +171,23 @@ def test_bad_files(tmp_path):
     (tmp_path / "unknown.yaml").write_text("task: {name: arith, splt: train}\n")
     with pytest.raises(PodsBenchError, match=r"unknown config key task.splt \(did you mean task.split\?\)"):
         load_config(tmp_path / "unknown.yaml")
+
+
+def test_selection_m_may_equal_n_and_no_more_by_outcome():
+    """selection.m <= selection.n at its boundary, as outcomes: m = n (GRPO keeps every rollout) is a
+    config with the values given, m = n + 1 the one-line refusal naming both keys."""
+
+    def outcome(n: int, m: int):
+        try:
+            s = SelectionConfig(n=n, m=m)
+        except PodsBenchError as e:
+            return str(e)
+        return (s.n, s.m)
+
+    assert [outcome(n, m) for n, m in [(2, 2), (8, 8), (8, 7), (8, 9), (2, 3)]] == [
+        (2, 2),
+        (8, 8),
+        (8, 7),
+        "config key selection.m (9) must be <= selection.n (8)",
+        "config key selection.m (3) must be <= selection.n (2)",
+    ]

@@ -3,12 +3,14 @@
 Every row names a setting group, a trainer config key (or an experiment-config key, `experiment:<key>`),
 the value the authors' code used with its source (github.com/YixuanEvenXu/pods, commit:path:line),
 and whether pods-bench runs the same value or deliberately another one (then `ours` and why). The
-tests check three things:
+tests check four things:
   - every paper config, resolved exactly as the workflow's training jobs get them
     (pods_bench/experiment.py), runs the value its row states;
   - every cited line exists in the authors' file at the cited commit and shows the authors' value
     (`shows`: text those lines must contain), read from byte-identical copies of the cited files in
     PODS_BENCH_UPSTREAM_DIR (default ../shared/upstream/<repo>@<commit>/<path>, see its SOURCES.md);
+  - every row's official value follows from the text of its cited lines: a number or word found there,
+    or read from them by the row's READINGS entry (NOT_READ lists the row no copied file shows);
   - every config key that changes the loss, sampling, evaluation or the clock has a row for every
     paper setting where it acts (NOT_RESULT_KNOBS lists the others, each with its reason).
 docs/fidelity.md's table is generated from ROWS; after changing a row or a config, regenerate it with
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import inspect
 import math
 import os
 import re
@@ -138,6 +141,11 @@ def single_gpu_arm_rows() -> list[Row]:
         for key in ("selection.rule", "selection.n", "selection.m")
     ]
 
+
+# the m kept rollouts of each single-GPU arm, as its run name states them
+KEPT_PER_ARM = {
+    arm: run_name_values(name)["selection.m"] for _, names in SINGLE_GPU_ARMS.values() for arm, name in names.items()
+}
 
 ROWS = [
     # --- single GPU: batch, model, precision
@@ -283,7 +291,7 @@ ROWS = [
     Row(
         L40S,
         "optim.micro_batch_size",
-        16,
+        KEPT_PER_ARM,
         S + "trainer/maxvargrpo_trainer.py:L586-588 (the m kept rollouts of the step in one forward and backward)",
         ours=4,
         why="four rows per forward/backward pass (gradients accumulate over the step: the same update), to fit "
@@ -298,7 +306,8 @@ ROWS = [
         ("llama_gsm8k",),
         "loss.beta",
         0.04,
-        "0c453d2: run names Instruct-Llama-512-*-0.04 (no committed config holds it)",
+        PLOT + "L109-110 run names Instruct-Llama-512-*-0.04 (no committed config holds it)",
+        shows=("-0.04'",),
     ),
     Row(
         L40S,
@@ -579,8 +588,8 @@ ROWS = [
         GPU8,
         "prompts_per_step",
         8,
-        R1_TRAINER + "L775-776 RepeatSampler batch_size = processes",
-        shows=("batch_size=num_procs",),
+        R1_TRAINER + "L775-776 RepeatSampler batch_size = processes; exp.sh:L11 NP=8",
+        shows=("batch_size=num_procs", "NP=8"),
     ),
     Row(
         GPU8,
@@ -1035,7 +1044,6 @@ ROWS = [
 # files, library defaults): their values are checked against the configs only.
 NOT_IN_THE_COPIED_FILES = {
     "llama_gsm8k:model.name": "named in no file of the authors",
-    "llama_gsm8k:loss.beta": "in the run names only",
     "llama_gsm8k:task.prompt_date": "in the prompts stored with the Llama results (not copied)",
     "llama_gsm8k:budget.max_train_time_s": "counted from the Llama result files (not copied)",
     "gsm8k_main+math_main+gsm8k_n_scaling+gsm8k_m_scaling+rule_ablation+llama_gsm8k:lora.dropout": "unsloth's code",
@@ -1304,6 +1312,301 @@ def test_the_authors_value_is_the_number_the_cited_text_shows(row):
         assert any(math.isclose(value, x, rel_tol=1e-9, abs_tol=1e-12) for x in shown), (
             f"{row.id}: official {value} is not among the numbers the cited text shows {row.shows}"
         )
+
+
+# --- the authors' value is read from the cited lines -------------------------------------------------
+#
+# A row's official value must follow from the text of its cited lines, so that a value changed in the
+# config and its row together (but not in the authors' files) fails. A number is found among the numbers
+# the cited text shows (test above); a word among its words (official_words_shown); every other value is
+# read from the cited lines by its row's entry in READINGS: a parse of the setting there, or the value the
+# text stands for (`when`: the text must be there), or the value of the row the cited code takes it from.
+
+UNREAD = object()  # what a reading gives where the cited lines do not say what it reads
+
+
+def when(text: str, value):
+    """`value`, where the cited lines contain `text` (the code that stands for it)."""
+    return lambda cited: value if text in cited else UNREAD
+
+
+def setting(name: str, cited: str):
+    """The value the cited lines give `name` (YAML `name: v`, a dict entry `"name": v`, or `name=v`), as
+    Python: true/false, numbers, quoted text; UNREAD where they do not set it."""
+    m = re.search(rf"""(?<![\w.])["']?{re.escape(name)}["']?\s*[:=]\s*([^,\n)#]+)""", cited)
+    if m is None:
+        return UNREAD
+    text = m[1].strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text == "None":
+        return None
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if NUMBER.fullmatch(text.lstrip("-")):
+        return float(text)
+    return text.strip("\"'")
+
+
+def call_argument(call: str, name: str, default):
+    """The keyword `name` of the `call(...)` the cited lines show, or the library's `default` where the
+    call leaves it out."""
+
+    def read(cited: str):
+        if call + "(" not in cited:
+            return UNREAD
+        args = cited.split(call + "(", 1)[1].split(")", 1)[0]
+        value = setting(name, args)
+        return default if value is UNREAD else value
+
+    return read
+
+
+def field_default(name: str, none_means):
+    """The default of the dataclass field `name` in the cited lines (TRL's GRPOConfig), `none_means` for None."""
+
+    def read(cited: str):
+        m = re.search(rf"{name}: [^=]+= field\(\s*default=([^,]+),", cited)
+        if m is None:
+            return UNREAD
+        value = setting("default", f"default={m[1]}")
+        return none_means if value is None else value
+
+    return read
+
+
+def official_by_arm(key: str, settings: tuple[str, ...]) -> dict[str, Any]:
+    """The official value of `key` for every arm of `settings`, from the rows that state it."""
+    found = {}
+    for row in ROWS:
+        if row.key == key:
+            for e in set(row.settings) & set(settings):
+                found.update({arm: per_arm(row.official, arm) for arm in resolved_arms(e)})
+    return found
+
+
+def as_row(key: str, text: str):
+    """The official value of the row of `key` for the same arms, where the cited lines show `text` (the
+    code that takes this value from that setting)."""
+    return lambda cited, row: official_by_arm(key, row.settings) if text in cited else UNREAD
+
+
+def run_names(cited: str) -> list[str]:
+    return re.findall(r"'(Instruct-[^']+)'", cited)
+
+
+def from_run_names(experiment: str, key: str):
+    """selection.rule, n or m of each arm, from the run names the cited plot.py lines list in the arms' order."""
+
+    def read(cited: str):
+        names = run_names(cited)
+        arms = list(SINGLE_GPU_ARMS[experiment][1])
+        return (
+            {arm: run_name_values(name)[key] for arm, name in zip(arms, names)} if len(names) == len(arms) else UNREAD
+        )
+
+    return read
+
+
+def h100_seeds(cited: str) -> dict[str, list[int]]:
+    """The seeds of each arm in the launch lines of exp.sh (n = 32: GRPO-GA, n = 128: PODS)."""
+    arm_of_n = {"32": "grpo_n32_m32", "128": "pods_n128_m32"}
+    seeds: dict[str, list[int]] = {}
+    for n, seed in re.findall(r"--pods_full_size=(\d+).*?--seed=(\d+)", cited, flags=re.DOTALL):
+        seeds.setdefault(arm_of_n[n], []).append(int(seed))
+    return {arm: sorted(s) for arm, s in seeds.items()}
+
+
+def gpu8_rule(cited: str, row: Row):
+    """n = m keeps every rollout ('all'); the published loop where n > m."""
+    if "indices[max_mask] = _indices[max_mask]" not in cited:
+        return UNREAD
+    n, m = official_by_arm("selection.n", row.settings), official_by_arm("selection.m", row.settings)
+    return {arm: "all" if n[arm] == m[arm] else "max_variance (published loop)" for arm in n}
+
+
+def rows_sampled_per_call(cited: str, row: Row):
+    """One generate call for the process's n x groups rows."""
+    if "unwrapped_model.generate(" not in cited or "accumulated_local_batch" not in cited:
+        return UNREAD
+    n = official_by_arm("selection.n", row.settings)
+    groups = official_by_arm("selection.groups_per_prompt", row.settings)
+    return {arm: n[arm] * groups[arm] for arm in n}
+
+
+def default_instruct_prompt(cited: str):
+    """None (pods-bench's default instruct prompt) where the cited SYSTEM_PROMPT_INSTRUCT is that prompt verbatim."""
+    from pods_bench.tasks.prompts import SYSTEM_PROMPT_INSTRUCT
+
+    m = re.search(r'SYSTEM_PROMPT_INSTRUCT = \\\n"""(.*?)"""', cited, flags=re.DOTALL)
+    return None if m is not None and m[1] == SYSTEM_PROMPT_INSTRUCT else UNREAD
+
+
+def yaml_system_prompt(cited: str):
+    import yaml
+
+    return yaml.safe_load(cited).get("system_prompt", UNREAD)
+
+
+def engine_of(cited: str):
+    use_vllm = setting("use_vllm", cited)
+    return UNREAD if use_vllm is UNREAD else "vllm" if use_vllm else "hf"
+
+
+def checkpoint_steps(cited: str):
+    """None where checkpoints are saved by time (save_steps then unused), else save_steps."""
+    strategy = setting("save_strategy", cited)
+    return None if strategy == "time" else setting("save_steps", cited)
+
+
+ONE_PASS = ".sum(dim=1) / completion_mask.sum(dim=1)).mean()"  # the loss of all kept rollouts, one pass
+VLLM_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}  # top_k -1 (off) is 0 here
+# {(settings, key): reading}; a reading takes the cited text (and, with two parameters, the row)
+READINGS = {
+    **{
+        ((experiment,), key): from_run_names(experiment, key)
+        for experiment in SINGLE_GPU_ARMS
+        for key in ("selection.rule", "selection.n", "selection.m")
+    },
+    **{(L40S, f"sampling.{k}"): call_argument("SamplingParams", k, v) for k, v in VLLM_DEFAULTS.items()},
+    **{(L40S, f"eval.{k}"): call_argument("SamplingParams", k, v) for k, v in VLLM_DEFAULTS.items()},
+    (L40S, "allocation.strategy"): when("n=self.num_generations_reward", "uniform"),
+    (L40S, "selection.filter_uniform_groups"): when("advantages = (rewards - mean_grouped_rewards)", False),
+    (L40S, "selection.advantage_over"): when("rewards = rewards[indices]\n", "kept"),
+    (L40S, "selection.scope"): when("indices = sorted_indices[:self.num_generations_grad]", "group"),
+    (L40S, "model.attn_implementation"): when("FastLanguageModel.from_pretrained(", "Unsloth's kernels"),
+    (L40S, "optim.shard_optimizer_state"): when('optim: "adamw_8bit"', False),
+    (L40S, "model.gradient_checkpointing"): lambda t: setting("use_gradient_checkpointing", t) in ("unsloth", True),
+    (L40S, "lora.enabled"): when("FastLanguageModel.get_peft_model(", True),
+    (L40S, "lora.alpha"): as_row("lora.r", '"lora_alpha": cfg.model.lora_rank'),
+    (L40S, "optim.micro_batch_size"): as_row("selection.m", ONE_PASS),
+    (L40S, "loss.reference_forward"): when("ref_per_token_logps = self._get_per_token_logps(", True),
+    (L40S, "loss.aggregation"): when(ONE_PASS, "sequence"),
+    (L40S, "loss.divide_logits_by_temperature"): lambda t: "/ self.temperature" in t,
+    (L40S, "optim.updates_per_batch"): when("torch.exp(per_token_logps - per_token_logps.detach())", 1),
+    (L40S, "selection.scale_advantage_by_std"): lambda t: "/ (std_grouped_rewards + 1e-4)" in t,
+    (L40S, "optim.warmup_steps"): when("warmup_ratio: 0.01", 0),  # inert under the constant schedule
+    (("math_main",), "task.name"): lambda t: re.search(r"'Instruct-([A-Z0-9]+)-", t)[1].lower(),
+    (L40S, "task.limit"): when('get_questions(cfg.rl.dataset, split = "train"', None),
+    (L40S, "task.system_prompt"): default_instruct_prompt,
+    (("gsm8k_main", "gsm8k_n_scaling", "gsm8k_m_scaling", "rule_ablation"), "reward.recipe"): when(
+        "reward_funcs = reward_funcs + [format_reward_func, xmlcount_reward_func]", "pods-gsm8k"
+    ),
+    (("math_main",), "reward.recipe"): when(
+        "reward_funcs = [correctness_reward_func]\n    if cfg.rl.dataset", "pods-math-nf"
+    ),
+    (("llama_gsm8k",), "reward.recipe"): when("return [0.01 * format_score(r)", "pods-llama"),
+    (QWEN_L40S, "reward.grading"): when(
+        "extract_xml_answer(text), extract_last_integer(text)", "string-normalising grader"
+    ),
+    (("llama_gsm8k",), "reward.grading"): when(
+        'numbers = re.findall(r"[\\d\\.\\,]+", text)', "string-normalising grader"
+    ),
+    (("math_main",), "task.math_gold"): when('answer = answer.split("}")[0]', "released"),
+    (L40S, "budget.checkpoint_every_steps"): checkpoint_steps,
+    (L40S, "eval.n_problems"): when("total_queries = len(prompts)", None),
+    (L40S, "eval.inline"): lambda t: "def test_model(" not in t,
+    (L40S, "engine.name"): engine_of,
+    (GPU8, "engine.name"): engine_of,
+    (GPU8, "allocation.strategy"): when("mini_repeat_count=n*gas", "uniform"),
+    (GPU8, "selection.rule"): gpu8_rule,
+    (GPU8, "selection.filter_uniform_groups"): when("advantages = rewards - mean_grouped_rewards", False),
+    (GPU8, "selection.advantage_over"): when("rewards = rewards.gather(1, indices).view(-1)", "kept"),
+    (GPU8, "selection.scope"): when("rewards.detach().view(-1, self.pods_full_size)", "group"),
+    (GPU8, "optim.micro_batch_size"): as_row(
+        "selection.m", "accumulated_local_batch, self.args.gradient_accumulation_steps"
+    ),
+    (("a100x8",), "model.name"): lambda t: "a {0}B model (run names GR{0}B-*)".format(re.search(r"GR(\d+)B-", t)[1]),
+    (GPU8, "model.dtype"): when("mixed_precision: bf16", "float32"),  # bf16 compute on float32 master weights
+    (GPU8, "model.gradient_checkpointing"): lambda t: setting("gradient_checkpointing", t),
+    (GPU8, "lora.enabled"): lambda t: "peft" in t,  # the model arguments use no adapter
+    (GPU8, "optim.fsdp"): lambda t: f"ZeRO-{setting('zero_stage', t)}",
+    (("h100x8",), "engine.max_batch"): rows_sampled_per_call,
+    (("a100x8",), "engine.max_batch"): rows_sampled_per_call,
+    (GPU8, "optim.warmup_steps"): when("# warmup_ratio: 0.03", 0),  # commented out in the constant-lr recipe
+    (GPU8, "loss.reference_forward"): when("if self.beta == 0.0:\n                ref_per_token_logps = None", False),
+    (GPU8, "loss.aggregation"): lambda t: {"bnpo": "micro_batch_token"}.get(setting("default", t), UNREAD),
+    (GPU8, "loss.divide_logits_by_temperature"): lambda t: "/ self.temperature" in t,
+    (GPU8, "selection.scale_advantage_by_std"): lambda t: (
+        setting("default", t) and "/ (std_grouped_rewards + 1e-4)" in t
+    ),
+    (GPU8, "sampling.min_p"): field_default("min_p", none_means=0.0),
+    (GPU8, "eval.min_p"): field_default("min_p", none_means=0.0),
+    (GPU8, "task.limit"): when("train_dataset=dataset[script_args.dataset_train_split]", None),
+    (GPU8, "task.prompt_style"): when("system_prompt:", "instruct"),
+    (GPU8, "task.system_prompt"): yaml_system_prompt,
+    (GPU8, "reward.recipe"): when("- tag_count", "open-r1"),
+    (GPU8, "reward.grading"): when("reward = float(verify(gold_parsed, answer_parsed))", "open-r1"),
+    (GPU8, "budget.max_steps"): lambda t: None if setting("max_steps", t) == -1 else setting("max_steps", t),
+    (GPU8, "budget.checkpoint_every_steps"): when("self.eval_interval = 2*60", None),  # by time only
+    (GPU8, "eval.inline"): when("self.my_evaluate(elapsed_time, self.next_eval_time)", True),
+    (("a100x8",), "eval.n_problems"): when("per_device_eval_batch_size: 16", None),  # the whole split, padded
+    (GPU8, "eval.repeats"): when("for step, inputs in enumerate(eval_dataloader):", 1),  # one pass
+    (GPU8, "eval.temperature"): as_row("sampling.temperature", "temperature=self.temperature"),
+    (GPU8, "eval.top_k"): as_row("sampling.top_k", "results = self._prepare_inputs(inputs)"),
+    (GPU8, "eval.max_new_tokens"): as_row("sampling.max_new_tokens", "max_new_tokens=self.max_completion_length"),
+    (("h100x8",), "experiment:seeds"): h100_seeds,
+}
+# rows whose official value the copied files cannot show, with the reason
+NOT_READ = {
+    "a100x8:experiment:seeds": "the seeds are in the run names of results/a100s-*.csv (not copied); the cited "
+    "plot-a100s.py lines show only their pattern GR7B-s<seed>",
+}
+
+
+def official_atoms(official) -> list:
+    """The plain values a row's official value holds (a value, a list or tuple of them, or {arm: ...})."""
+    if isinstance(official, dict):
+        return [a for v in official.values() for a in official_atoms(v)]
+    if isinstance(official, (list, tuple)):
+        return [a for v in official for a in official_atoms(v)]
+    return [official]
+
+
+def read_official(row: Row, cited: str):
+    reading = READINGS[(row.settings, row.key)]
+    return reading(cited, row) if len(inspect.signature(reading).parameters) == 2 else reading(cited)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_the_official_value_follows_from_the_cited_lines(row):
+    """Every row's official value is checked against the text of its cited lines in the authors' files:
+    read from them (READINGS), or, for plain numbers and words, found there."""
+    if row.id in NOT_IN_THE_COPIED_FILES or row.id in NOT_READ:
+        return  # no copied file shows it (the reasons are listed)
+    cited = "\n".join("\n".join(cited_text(c)) for c in citations(row.source) if copied(c))
+    if (row.settings, row.key) in READINGS:
+        read = read_official(row, cited)
+        for e in row.settings:
+            for arm in resolved_arms(e):
+                assert per_arm(read, arm) == per_arm(row.official, arm), (
+                    f"{row.id} ({e}/{arm}): the cited lines give {per_arm(read, arm)!r}, the row says "
+                    f"{per_arm(row.official, arm)!r}"
+                )
+        return
+    atoms = official_atoms(row.official)
+    plain = all(isinstance(a, (int, float, str)) and not isinstance(a, bool) for a in atoms)
+    assert atoms and plain, f"{row.id}: the official {row.official!r} is no number or word; add its READINGS entry"
+    shown = shown_numbers(row)
+    for a in atoms:
+        if isinstance(a, str):
+            assert re.search(rf"(?<![A-Za-z0-9]){re.escape(a)}(?![A-Za-z0-9])", cited), (
+                f"{row.id}: the cited lines do not say {a!r}"
+            )
+        else:
+            assert any(math.isclose(a, x, rel_tol=1e-9, abs_tol=1e-12) for x in shown), (
+                f"{row.id}: official {a} is not among the numbers the cited text shows {row.shows}"
+            )
+
+
+def test_every_reading_reads_a_row_from_copied_files():
+    rows = {(r.settings, r.key): r for r in ROWS}
+    assert set(READINGS) <= set(rows), set(READINGS) - set(rows)
+    read = {rows[k].id for k in READINGS}
+    assert not read & (set(NOT_IN_THE_COPIED_FILES) | set(NOT_READ)), read & (
+        set(NOT_IN_THE_COPIED_FILES) | set(NOT_READ)
+    )
+    assert set(NOT_READ) <= {r.id for r in ROWS}
 
 
 def test_rows_without_copied_sources_are_the_listed_ones():

@@ -22,9 +22,24 @@ def counter(**sections) -> tuple[FlopsCounter, int]:
     return FlopsCounter.of(model, cfg), model.config.vocab_size
 
 
+# every setting the passes depend on, stated: the counts below follow from these, not from the config's
+# defaults (a changed default must not change what a test case means)
+PLAIN = {
+    "loss": {"beta": 0.0, "reference_forward": False},  # no reference pass
+    "lora": {"enabled": False},  # every weight trains
+    "model": {"gradient_checkpointing": False},  # no recomputed forward
+    "optim": {"updates_per_batch": 1},  # one update per batch
+}
+
+
+def plain(**changes) -> dict:
+    """PLAIN with some of its settings changed (or others of its sections added)."""
+    assert set(changes) <= set(PLAIN), set(changes) - set(PLAIN)
+    return {section: {**values, **changes.get(section, {})} for section, values in PLAIN.items()}
+
+
 def test_the_weights_are_every_linear_layer_and_the_passes_follow_the_config():
-    # the passes are set here, not taken from the config's defaults: no reference pass unless asked
-    c, vocab = counter(loss={"beta": 0.0, "reference_forward": False})
+    c, vocab = counter(**plain())
     # per layer q 64x64, k 64x32, v 64x32, o 64x64, gate / up 64x192, down 192x64; the (tied) LM head
     per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 192
     assert c.weights == 2 * per_layer + vocab * 64
@@ -35,13 +50,13 @@ def test_the_weights_are_every_linear_layer_and_the_passes_follow_the_config():
     assert c.update([10, 7]) == 3 * (c.forward(10) + c.forward(7))
     assert c.reference([10]) == 0
 
-    lora, _ = counter(lora={"enabled": True, "r": 4, "target_modules": ["q_proj"]})
+    lora, _ = counter(**plain(lora={"enabled": True, "r": 4, "target_modules": ["q_proj"]}))
     assert lora.weights == c.weights + 2 * (64 * 4 + 4 * 64)  # two adapters' A and B
     assert lora.update_passes == 2.0
-    assert counter(model={"gradient_checkpointing": True})[0].update_passes == 4.0
-    assert counter(optim={"updates_per_batch": 2})[0].update_passes == pytest.approx(3 * 2 + 1)
-    assert counter(loss={"beta": 0.04})[0].reference_passes == 1
-    assert counter(loss={"beta": 0.0, "reference_forward": True})[0].reference_passes == 1  # the paper's 1-GPU pass
+    assert counter(**plain(model={"gradient_checkpointing": True}))[0].update_passes == 4.0
+    assert counter(**plain(optim={"updates_per_batch": 2}))[0].update_passes == pytest.approx(3 * 2 + 1)
+    assert counter(**plain(loss={"beta": 0.04}))[0].reference_passes == 1  # the KL term's reference
+    assert counter(**plain(loss={"reference_forward": True}))[0].reference_passes == 1  # the paper's 1-GPU pass
 
 
 def test_reference_and_generation_counts_and_an_explicit_head_dim():
@@ -51,7 +66,7 @@ def test_reference_and_generation_counts_and_an_explicit_head_dim():
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    ref, _ = counter(loss={"beta": 0.04})
+    ref, _ = counter(**plain(loss={"beta": 0.04}))
     assert ref.reference([10, 7]) == ref.forward(10) + ref.forward(7)
     assert ref.generation(3, [5]) == ref.forward(7)  # 3 prompt + 5 completion positions, the last not processed
     assert ref.generation(0, [0]) == 0  # nothing to process (F(-1) would be negative)

@@ -5,6 +5,10 @@ rewards viewed (-1, n), PODS and advantages per row)."""
 
 from __future__ import annotations
 
+import itertools
+import math
+import statistics
+
 import pytest
 import torch
 
@@ -51,18 +55,35 @@ def test_each_group_is_selected_and_normalised_on_its_own(tmp_path, monkeypatch)
 
     assert [tuple(r.shape) for r in seen["select"]] == [(P * G, N)] * 2  # G rows of n per prompt
     assert len(seen["advantages"]) == len(seen["sequences"]) == 2  # one of each per step: the loops below run
-    for rewards, advantages in seen["advantages"]:
+    rows_checked = pooled_differs = 0
+    for step, (rewards, advantages) in enumerate(seen["advantages"]):
         assert tuple(rewards.shape) == (P * G, M)
-        # each row normalised with its own mean and unbiased std over its m kept rewards, written out
-        # here rather than by a second call of the function under test: A = (r - mean) / (std + 1e-4)
+        expected_rows = []
         for row in range(P * G):
-            r = rewards[row]
-            expected = torch.zeros(M, dtype=r.dtype) if (r == r[0]).all() else (r - r.mean()) / (r.std() + 1e-4)
-            assert torch.allclose(advantages[row], expected, rtol=1e-12, atol=1e-12)
+            # the kept m of this row are the max-variance m of the same row's n rewards, found here by
+            # trying every m-subset (statistics.pvariance: the population variance; any variance ranks alike)
+            sampled = seen["select"][step][row].tolist()
+            best = max(itertools.combinations(sampled, M), key=statistics.pvariance)
+            assert sorted(rewards[row].tolist()) == sorted(best), (step, row, sampled, rewards[row])
+            # each row normalised with its own mean and unbiased std over its m kept rewards, written out
+            # here rather than by a second call of the function under test: A = (r - mean) / (std + 1e-4)
+            r = rewards[row].tolist()
+            mean = sum(r) / M
+            std = math.sqrt(sum((x - mean) ** 2 for x in r) / (M - 1))
+            expected = [0.0] * M if len(set(r)) == 1 else [(x - mean) / (std + 1e-4) for x in r]
+            assert advantages[row].tolist() == pytest.approx(expected, rel=1e-12, abs=1e-12), (step, row)
+            expected_rows.append(expected)
+            rows_checked += 1
+        # the update trains on each row's own advantages, rows in order, the m of a row consecutive
+        trained = [s.advantage for s in seen["sequences"][step]]
+        assert trained == pytest.approx([a for e in expected_rows for a in e], rel=1e-12, abs=1e-12)
         # pooled over the batch instead of per row would differ wherever rows differ in mean
         if len({float(r.mean()) for r in rewards}) > 1:
             pooled = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
             assert not torch.allclose(advantages, pooled)
+            pooled_differs += 1
+    assert rows_checked == 2 * P * G
+    assert pooled_differs >= 1, "no step had rows of different means: the per-row check proved nothing"
     for sequences in seen["sequences"]:
         assert len(sequences) == P * G * M
         prompts = [tuple(s.prompt_ids) for s in sequences]

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.benchmarks.peer_trl import median_interval, summary
+from tests.benchmarks.peer_trl import median_interval, phase_ratios, summary
 
 
 def pair(ours: float, theirs: float) -> dict:
@@ -38,3 +38,17 @@ def test_the_summary_row_is_pods_bench_over_trl_with_its_interval():
     assert cells[4] == "0.400-0.600"
     low, high = map(float, re.findall(r"[\d.]+", cells[5]))
     assert low <= 0.45 <= high and (low, high) == pytest.approx(median_interval([0.5, 0.6, 0.4, 0.4]), abs=5e-4)
+
+
+def test_each_pair_s_ratio_is_pods_bench_seconds_over_trl_seconds():
+    # pods-bench 1 s to generate and 3 s to update, TRL 4 s and 2 s: 1/4, 3/2 and (1+3)/(4+2) = 2/3
+    ours = {"generation": 1.0, "update": 3.0, "step": 4.0}
+    theirs = {"generation": 4.0, "update": 2.0, "step": 6.0}
+    assert phase_ratios(ours, theirs) == pytest.approx({"generation": 0.25, "update": 1.5, "step": 2 / 3})
+
+
+def test_the_interval_is_low_then_high_around_a_skewed_median():
+    # ratios clustered at 1.0 with two slow pairs: the medians resampled lie between 1.0 and 1.5, so
+    # the interval's lower end is 1.0 and its upper one above it (swapped percentiles would give high < low)
+    low, high = median_interval([1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 3.0], seed=0)
+    assert low == 1.0 and 1.0 < high <= 2.0

@@ -11,12 +11,19 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import DATA_DIR
 from tests.tiny_runs import read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_LOGS = DATA_DIR / "pods-paper-logs"
 PHASES = ("gen", "reward", "select", "update", "sync")
+
+
+@pytest.fixture
+def paper_logs(data_dir) -> Path:
+    """The published logs in the data folder: a mis-set folder fails (the data fixture's rule), never skips."""
+    logs = data_dir / "pods-paper-logs"
+    if not logs.is_dir():
+        pytest.fail(f"no published logs at {logs}; set PODS_BENCH_DATA_DIR to the data folder")
+    return logs
 
 
 def pods_bench(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -31,13 +38,12 @@ def plan_step_seconds(config: Path, hardware: str, out: Path, *extra: str) -> di
     return dict(pd.read_csv(out)[["arm", "step_s"]].itertuples(index=False))
 
 
-@pytest.mark.skipif(not PAPER_LOGS.is_dir(), reason="needs the published logs (../shared/data/pods-paper-logs)")
-def test_project_scales_the_published_runs_by_the_plans_step_times(tmp_path):
+def test_project_scales_the_published_runs_by_the_plans_step_times(tmp_path, paper_logs):
     """Published L40S GSM8K runs onto one H200: each arm's projected s/step is what `plan` predicts
     for it on the H200, and the speedup moves by the ratio of the two arms' predicted/measured."""
     out = tmp_path / "projection.csv"
     done = pods_bench(
-        "project", str(PAPER_LOGS), "--experiment", "gsm8k-l40s-qwen", "--config", "config/gsm8k_main.yaml",
+        "project", str(paper_logs), "--experiment", "gsm8k-l40s-qwen", "--config", "config/gsm8k_main.yaml",
         "--hardware", "h200", "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -53,8 +59,7 @@ def test_project_scales_the_published_runs_by_the_plans_step_times(tmp_path):
     assert pods["projected_speedup"] != pytest.approx(pods["measured_speedup"], rel=1e-2)  # it did move
 
 
-@pytest.mark.skipif(not PAPER_LOGS.is_dir(), reason="needs the published logs (../shared/data/pods-paper-logs)")
-def test_project_leaves_out_arms_that_sample_in_rounds(tmp_path):
+def test_project_leaves_out_arms_that_sample_in_rounds(tmp_path, paper_logs):
     """An arm whose allocation strategy samples in rounds has no predicted step: its row says so and
     carries no projection; a baseline like that stops the command with one line."""
     config = yaml.safe_load((ROOT / "config/gsm8k_main.yaml").read_text())
@@ -62,7 +67,7 @@ def test_project_leaves_out_arms_that_sample_in_rounds(tmp_path):
     config["arms"]["pods_n64_m16"]["set"] = {"allocation.strategy": "dynamic_sampling"}
     arm_in_rounds = tmp_path / "rounds.yaml"
     arm_in_rounds.write_text(yaml.safe_dump(config))
-    args = ("project", str(PAPER_LOGS), "--experiment", "gsm8k-l40s-qwen", "--hardware", "h200")
+    args = ("project", str(paper_logs), "--experiment", "gsm8k-l40s-qwen", "--hardware", "h200")
     done = pods_bench(*args, "--config", str(arm_in_rounds), "--out", str(tmp_path / "p.csv"))
     assert done.returncode == 0, done.stderr
     pods = pd.read_csv(tmp_path / "p.csv").set_index("n").loc[64]

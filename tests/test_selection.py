@@ -341,3 +341,20 @@ def test_negative_rewards_order_like_floats():
     mixed = torch.randn(5, 16, generator=g)
     expected = torch.sort(mixed, dim=1, descending=True, stable=True).indices[:, :4]
     assert torch.equal(select("max_reward", mixed, 4), expected)
+
+
+def test_select_takes_m_up_to_n_and_refuses_more_by_outcome():
+    """select's 1 <= m <= n at both ends, as outcomes: m = n keeps every rollout (under every rule that
+    allows it), m = n + 1 and m = 0 are the one-line refusal."""
+    rewards = torch.tensor([[0.0, 1.0, 0.5, 0.25]])  # n = 4; the best single rollout is index 1
+
+    def outcome(rule: str, m: int):
+        try:
+            return sorted(select(rule, rewards, m).flatten().tolist())
+        except PodsBenchError as e:
+            return str(e)
+
+    assert [outcome(rule, 4) for rule in ("all", "max_reward", "max_variance")] == [[0, 1, 2, 3]] * 3
+    assert outcome("max_reward", 1) == [1]
+    assert outcome("max_reward", 5) == "m (rollouts kept per prompt) must be an integer in 1..n=4, got 5"
+    assert outcome("max_reward", 0) == "m (rollouts kept per prompt) must be an integer in 1..n=4, got 0"
