@@ -299,6 +299,20 @@ def test_bootstrap_edge_sizes():
     assert ci == pytest.approx(percentile_interval(two[draws].mean(axis=1)))
 
 
+def test_infinite_and_undefined_resamples_give_limits_without_warnings():
+    """A speedup is inf in a resample where the arm crosses at its start, NaN where the level is
+    undefined: the limits say so (scipy's degenerate-data and inf - inf warnings are not repeated)."""
+    values = np.array([1.0, np.inf])
+    stat = lambda i: {"inf": values[i].mean(axis=-1), "nan": np.full(i.shape[0], np.nan)}  # noqa: E731
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ci = bootstrap_ci(stat, [2], ["inf", "nan"], 400, seed=0)
+    assert [str(w.message) for w in caught] == []
+    # a quarter of the resamples draw the finite seed twice (mean 1), the rest include inf
+    assert ci["inf"] == (1.0, np.inf)
+    assert np.isnan(ci["nan"]).all()
+
+
 def test_two_samples_are_resampled_independently_unless_paired():
     """Unpaired: a draw for the first sample, then one for the second; paired: one draw for both."""
     a, b = np.array([0.0, 1.0, 2.0, 3.0, 9.0]), np.array([5.0, 1.0, 0.0, 4.0, 2.0])
