@@ -192,6 +192,21 @@ def test_bootstrap_recomputes_the_threshold_in_every_resample():
     assert low < 0.99 * base.curve()[1:].max() < high
 
 
+def test_a_seed_missing_a_checkpoint_in_the_resamples():
+    """Seed 1 of GRPO has no 20 s checkpoint: a resample of seed 1 alone has no value there (its
+    mean accuracy over the budget is undefined, so its interval is NaN), its peak is still 0.9."""
+    exp = make_experiment({"grpo": [BASE, BASE], "pods": [[0.5, 0.8, 0.9, 0.9, 0.9]] * 2})
+    exp.evals = exp.evals[~((exp.evals["arm"] == "grpo") & (exp.evals["seed"] == 1) & (exp.evals["time_s"] == 20.0))]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        row = compare_arms(exp, "grpo", "arith", "answer_acc", n_bootstrap=50, progress=False).set_index("arm")
+    assert [str(w.message) for w in caught] == []
+    base = row.loc["grpo"]
+    assert (base["peak_ci_low"], base["peak_ci_high"]) == pytest.approx((0.9, 0.9))
+    assert np.isnan(base["mean_over_budget_ci_low"]) and np.isnan(base["mean_over_budget_ci_high"])
+    assert base["mean_over_budget"] == pytest.approx((5.5 + 7 + 8.5 + 9) / 40)  # the mean curve is whole
+
+
 def test_single_seed_has_no_interval():
     s = compare({"grpo": [BASE], "pods": [[0.5, 0.8, 0.9, 0.9, 0.9]]}, n_bootstrap=500).loc["pods"]
     assert np.isnan(s["speedup_ci_low"]) and np.isnan(s["peak_ci_high"])
