@@ -366,6 +366,25 @@ def test_default_bootstrap_is_9999_resamples_from_seed_0():
     assert (row["mean_diff_ci_low"], row["mean_diff_ci_high"]) == pytest.approx(percentile_interval(diff))
 
 
+def test_the_baselines_own_interval_uses_the_comparisons_seed():
+    """Eight baseline seeds with distinct peaks, so that the interval depends on the draws: the
+    baseline's peak interval is the one of the draws of generator `seed`, and another seed moves it."""
+    rng = np.random.default_rng(11)
+    base = [[0.5, *(0.6 + 0.3 * rng.random(4))] for _ in range(8)]
+    exp = make_experiment({"grpo": base, "pods": [[0.5, 0.8, 0.9, 0.9, 0.9]] * 2})
+    rows = {
+        seed: compare_arms(exp, "grpo", "arith", "answer_acc", n_bootstrap=500, seed=seed, progress=False)
+        .set_index("arm")
+        .loc["grpo"]
+        for seed in (3, 4)
+    }
+    intervals = {seed: (row["peak_ci_low"], row["peak_ci_high"]) for seed, row in rows.items()}
+    (draws,) = same_draws(3, 500, 8)
+    peaks = np.array(base)[draws].mean(axis=1)[:, 1:].max(axis=1)
+    assert intervals[3] == pytest.approx(percentile_interval(peaks))
+    assert intervals[4] != pytest.approx(intervals[3])
+
+
 def test_never_reaching_resamples_give_the_lower_limit_zero_on_the_same_draws():
     """The seed set of the never-reaching test, the speedup interval recomputed resample by resample:
     T from the baseline (always 0.891, reached at 30 s), the arm's first grid time at or above it,
