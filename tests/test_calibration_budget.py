@@ -44,7 +44,7 @@ def test_a_timed_run_that_logged_another_number_of_steps_stops_with_one_line(tmp
 
 
 @pytest.mark.parametrize(
-    "returncode, output, last", [(1, "loading\nOSError: no-model does not exist\n\n", "OSError: no-model does not exist"),
+    "returncode, output, last", [(1, "loading\nstarting\nOSError: no-model does not exist\n\n", "OSError: no-model does not exist"),
                                  (-9, "", "(no output)")]
 )  # fmt: skip
 def test_a_timed_run_that_failed_stops_with_the_last_line_of_its_output(tmp_path, returncode, output, last):
