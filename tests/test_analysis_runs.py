@@ -302,3 +302,70 @@ def test_nothing_loadable_exits_2_with_one_stderr_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pods-bench: error: ") and "Traceback" not in result.stderr
     assert "eval.jsonl: line 2 is not valid JSON" in lines[0]
+
+
+# --- the formatting of the tables and the caption, value by value --------------------------------
+
+
+def _speedup_row(value=2.0, bound="", low=1.5, high=2.5, baseline=False, column="speedup"):
+    return pd.Series(
+        {column: value, f"{column}_bound": bound, f"{column}_ci_low": low, f"{column}_ci_high": high,
+         "is_baseline": baseline}
+    )  # fmt: skip
+
+
+def test_a_speedup_is_printed_with_its_bound_and_interval():
+    from pods_bench.analysis.tables import format_speedup
+
+    assert format_speedup(_speedup_row()) == "2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(bound="<")) == "<2.00x [1.50, 2.50]"  # the arm never reached T
+    assert format_speedup(_speedup_row(bound=">="), latex=True) == "$\\geq$2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(bound="<"), latex=True) == "$<$2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(bound=">=")) == ">=2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(), with_ci=False) == "2.00x"
+    assert format_speedup(_speedup_row(value=1.0, baseline=True)) == "1.00x"  # the baseline has no interval
+    assert format_speedup(_speedup_row(low=float("nan"), high=float("nan"))) == "2.00x"  # one seed: no CI
+    assert format_speedup(_speedup_row(bound="n/a")) == "n/a"
+    assert format_speedup(_speedup_row(value=float("nan"))) == "n/a"
+    row = _speedup_row(value=1.234, low=1.0, high=1.5, column="speedup_interp")
+    assert format_speedup(row, "speedup_interp") == "1.23x [1.00, 1.50]"
+
+
+def test_counts_times_and_intervals_are_printed_in_their_units():
+    from types import SimpleNamespace
+
+    from pods_bench.analysis.tables import _ci, format_count, format_time, time_unit
+
+    assert _ci(0.1234, 0.5678, 1, 100) == " [12.3, 56.8]" and _ci(1.234, 2.0, 2) == " [1.23, 2.00]"
+    assert _ci(float("nan"), 0.5, 1) == ""
+    assert [format_count(v) for v in (1234.4, 999_999.4, 1e6, 2.5e7)] == ["1,234", "999,999", "1e+06", "2.5e+07"]
+    assert format_count(float("inf")) == "never" and format_count(float("nan")) == "never"
+    assert format_time(90.0, "min") == "1.5 min" and format_time(7200.0, "h") == "2 h"
+    assert format_time(12.345, "s") == "12.3 s" and format_time(float("inf"), "s") == "never"
+    # the unit follows the budget: hours from 3 h, minutes from 5 min; an experiment's own unit wins
+    plain = SimpleNamespace(time_unit=None)
+    budgets = [3 * 3600, 3 * 3600 - 1, 5 * 60, 5 * 60 - 1]
+    assert [time_unit(plain, b) for b in budgets] == ["h", "min", "min", "s"]
+    assert time_unit(SimpleNamespace(time_unit="h"), 10.0) == "h"
+
+
+def test_the_caption_says_how_a_calibrated_budget_was_set():
+    from pods_bench.analysis.tables import _calibrated
+
+    c = {
+        "arm": "grpo", "steps": 40, "untimed_steps": 2, "timed_steps": 2, "side_by_side": 2,
+        "seconds_per_step": 2.5, "budget_s": 100.0, "checkpoint_every_s": 12.5, "cap_s": None, "capped": False,
+    }  # fmt: skip
+    assert _calibrated(c) == (
+        "; set as 40 steps of grpo at 2.50 s/step, timed here before the runs (median of 2 steps of 2 runs side "
+        "by side, as the arms train): 100.0 s of training clock for every arm (a run stops after the step that "
+        "passes it), a checkpoint every 12.50 s"
+    )
+    capped = c | {"budget_s": 50.0, "checkpoint_every_s": 6.25, "cap_s": 50, "capped": True}
+    assert _calibrated(capped).endswith(": 50.0 s of training clock for every arm (a run stops after the step that "
+                                        "passes it), a checkpoint every 6.25 s, capped at 50 s")  # fmt: skip
+    # a calibration recorded before untimed steps and side-by-side runs: the mean of one run's steps
+    old = {k: v for k, v in c.items() if k not in ("untimed_steps", "side_by_side")} | {"timed_steps": 1}
+    assert "(mean of 1 step): " in _calibrated(old)
+    assert "(median of 2 steps): " in _calibrated(c | {"side_by_side": 1})
+    assert _calibrated(None) == "" and _calibrated({}) == ""
