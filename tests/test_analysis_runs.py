@@ -197,6 +197,36 @@ def test_the_verdict_says_when_the_peak_band_is_within_evaluation_noise(tmp_path
     assert (within in verdict) == (n_problems == 20), verdict
     # on 200 problems no "within noise" sentence of any wording (e.g. against one run's SE, 1.50 points)
     assert ("narrower than the evaluation noise" in verdict) == (n_problems == 20), verdict
+    if n_problems == 20:
+        # 80 % of grpo's gain (0.2 -> 0.9) is 0.76: grpo at 20 + 10 x 0.16 / 0.2 = 28 s, pods at
+        # 10 + 10 x 0.16 / 0.3 = 15.33 s: 1.83x; every seed alike, so the intervals are points
+        assert verdict == (
+            "pods reached 0.99 x grpo's peak 2.00x sooner [95 % CI 2.00, 2.00] over 3 seeds (the band from T to "
+            "grpo's peak, 0.90 points, is narrower than the evaluation noise of the mean, 2.74: within noise); "
+            "to 80 % of grpo's gain 1.83x [1.83, 1.83].\n"
+        )
+        # T = 0.99 x 0.9; one run's SE at T sqrt(0.9 x 0.1 / 40) = 4.74 points, the mean's 4.74 / sqrt(3)
+        caption = (tmp_path / "out" / "noisy" / "summary" / "speedups.md").read_text().split("\n\n")[0]
+        assert caption.endswith(
+            "T = 0.99 x peak of grpo = 89.10 %; speedup = time for grpo to reach T / time for the arm (first "
+            "checkpoint at or above T; grpo reaches T at 40 s). Budget 50 s (grpo's last checkpoint). [95 % CI]: "
+            "percentile bootstrap over seeds, 200 resamples. '<': the arm never reaches T (upper bound); '>=': the "
+            "baseline peaks at its last checkpoint (lower bound). Interp.: crossing times interpolated between "
+            "checkpoints. Gain: time to reach start + 0.8 x (grpo peak - start), interpolated. Mean acc. over "
+            "budget: area under the curve / grpo's budget. Evaluation noise at T: binomial SE 4.74 points for one "
+            "run, 2.74 for the mean of 3 seeds; the band T..peak is 0.90 points."
+        ), caption
+        # the table: peaks 0.9; crossings interpolated: grpo 30 + 10 x 0.091 / 0.1 = 39.1 s, pods
+        # 10 + 10 x 0.291 / 0.3 = 19.7 s (1.98x); mean over the 50 s budget by trapezoids: grpo 32.5 / 50,
+        # pods 38.5 / 50
+        lines = (tmp_path / "out" / "noisy" / "summary" / "speedups.md").read_text().split("\n\n")[1].splitlines()
+        cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+        assert cells[0][:10] == ["Arm", "n/m", "Rule", "Seeds", "Peak (%)", "Time to T", "Speedup", "Speedup (interp.)",
+                                 "Speedup to 80% of gain", "Mean acc. over budget (%)"]  # fmt: skip
+        assert cells[2][:10] == ["grpo (baseline)", "4/4", "all", "3", "90.0 [90.0, 90.0]", "40 s", "1.00x", "1.00x",
+                                 "1.00x", "65.0 [65.0, 65.0]"]  # fmt: skip
+        assert cells[3][:10] == ["pods", "16/4", "max variance", "3", "90.0 [90.0, 90.0]", "20 s", "2.00x [2.00, 2.00]",
+                                 "1.98x [1.98, 1.98]", "1.83x [1.83, 1.83]", "77.0 [77.0, 77.0]"]  # fmt: skip
 
 
 def test_the_noise_at_t_is_the_binomial_se_of_the_baseline_where_it_reaches_t(tmp_path, monkeypatch):
