@@ -399,3 +399,34 @@ def test_the_caption_says_how_a_calibrated_budget_was_set():
     assert "(mean of 1 step): " in _calibrated(old)
     assert "(median of 2 steps): " in _calibrated(c | {"side_by_side": 1})
     assert _calibrated(None) == "" and _calibrated({}) == ""
+
+
+def test_the_verdict_words_each_bound_and_the_seed_count(tmp_path):
+    """The noisy experiment's summary (pods 2.00x sooner, 1.83x to 80 % of the gain, 3 seeds, no
+    resampling so no intervals; 200 problems: no noise clause), its pods row marked in turn as a lower
+    bound, an upper bound, not reached, and resting on 1 or 2 seeds."""
+    from pods_bench.analysis.tables import AnalysisOptions, summarize, verdict_lines
+
+    root = tmp_path / "results" / "noisy"
+    for arm in CURVES:
+        for seed in JITTER:
+            write_run(root, arm, seed)
+    (exp,), _ = load_experiments(root, progress=False)
+    summary = summarize(exp, AnalysisOptions(n_bootstrap=0), progress=False)
+    s = summary.speedups
+    pods = s.index[s["arm"] == "pods"][0]
+    gain = "; to 80 % of grpo's gain 1.83x."
+    assert verdict_lines(summary) == ["pods reached 0.99 x grpo's peak 2.00x sooner over 3 seeds" + gain]
+    s.loc[pods, "speedup_bound"] = ">="
+    assert verdict_lines(summary) == [
+        "pods reached 0.99 x grpo's peak at least 2.00x sooner over 3 seeds (grpo peaked at its last checkpoint: "
+        "a lower bound)" + gain
+    ]
+    s.loc[pods, "speedup_bound"] = "<"
+    assert verdict_lines(summary) == ["pods reached 0.99 x grpo's peak at most 2.00x sooner over 3 seeds" + gain]
+    s.loc[pods, "speedup_bound"] = "n/a"
+    assert verdict_lines(summary) == ["pods did not reach 0.99 x grpo's peak within the budget (over 3 seeds)" + gain]
+    s.loc[pods, "speedup_bound"] = ""
+    for seeds, words in ((1, "over 1 seed;"), (2, "over 2 seeds;")):
+        s.loc[pods, "n_seeds"] = seeds
+        assert words in verdict_lines(summary)[0]
