@@ -430,3 +430,20 @@ def test_the_verdict_words_each_bound_and_the_seed_count(tmp_path):
     for seeds, words in ((1, "over 1 seed;"), (2, "over 2 seeds;")):
         s.loc[pods, "n_seeds"] = seeds
         assert words in verdict_lines(summary)[0]
+    # the table's cells for the same rows: bounds in LaTeX, an arm that never reached T, s/step
+    from pods_bench.analysis.tables import _display_table
+
+    s.loc[pods, ["n_seeds", "speedup_bound", "speedup_interp_bound"]] = [3, ">=", "<"]
+    s.loc[pods, ["t_arm_s", "t_arm_last_s", "seconds_per_step"]] = [float("inf"), 50.0, 1.2345]
+    latex = _display_table(summary, latex=True).set_index("Arm").loc["pods"]
+    assert (latex["Peak (\\%)"], latex["Speedup"], latex["Speedup (interp.)"]) == ("90.0", "$\\geq$2.00x", "$<$1.98x")
+    assert latex["Speedup to 80\\% of gain"] == "1.83x" and latex["Time to T"] == "> 50 s"
+    assert latex["s/step"] == "1.23"
+    plain = _display_table(summary, latex=False).set_index("Arm").loc["pods"]
+    assert (plain["Speedup"], plain["Speedup (interp.)"], plain["Speedup to 80% of gain"]) == (
+        ">=2.00x",
+        "<1.98x",
+        "1.83x",
+    )
+    s.loc[pods, "seconds_per_step"] = float("nan")
+    assert _display_table(summary, latex=False).set_index("Arm").loc["pods", "s/step"] == ""
