@@ -82,18 +82,22 @@ def timed_steps(
         log.close()
         progress.update()
     progress.close()
-    out = []
-    for process, log, run_dir in runs:
-        if process.returncode != 0:
-            tail = Path(log.name).read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
-            raise PodsBenchError(f"calibration: the timed run {run_dir} failed ({log.name}): {tail[0]}")
-        clock = [r["train_time_s"] for r in read_jsonl(run_dir / TRAIN_LOG)]
-        total = UNTIMED_STEPS + steps
-        require(len(clock) == total, f"calibration: the timed run logged {len(clock)} of {total} steps")
-        threads = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["hardware"]["torch_threads"]
-        timed = clock[UNTIMED_STEPS - 1 :]  # the clock at the end of the last untimed step, then of each timed one
-        out.append(([after - before for before, after in zip(timed, timed[1:])], threads))
-    return out
+    return [read_timed_run(run_dir, steps, process.returncode, Path(log.name)) for process, log, run_dir in runs]
+
+
+def read_timed_run(run_dir: Path, steps: int, returncode: int, log: Path) -> tuple[list[float], int]:
+    """One finished timed run's `steps` step times (its training clock after the UNTIMED_STEPS
+    untimed steps) and torch threads, read off its train log and run.json; a run that failed
+    stops the calibration with the last line of its output `log`."""
+    if returncode != 0:
+        tail = log.read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
+        raise PodsBenchError(f"calibration: the timed run {run_dir} failed ({log}): {tail[0]}")
+    clock = [r["train_time_s"] for r in read_jsonl(run_dir / TRAIN_LOG)]
+    total = UNTIMED_STEPS + steps
+    require(len(clock) == total, f"calibration: the timed run logged {len(clock)} of {total} steps")
+    threads = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["hardware"]["torch_threads"]
+    timed = clock[UNTIMED_STEPS - 1 :]  # the clock at the end of the last untimed step, then of each timed one
+    return [after - before for before, after in zip(timed, timed[1:])], threads
 
 
 def calibrate(
@@ -107,28 +111,44 @@ def calibrate(
 ) -> dict:
     """Time the baseline (the --config file + `overrides`), `side_by_side` runs at once, resolve
     the budget, write both files."""
+    arm, settings = baseline_settings(config_path, overrides, steps, checkpoints, timed, side_by_side)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_run = timed_steps(Path(config_path), overrides, timed, [out / f"run-{i}" for i in range(side_by_side)])
+    calibration = resolve_budget(arm, per_run, steps, checkpoints, settings.get("budget", {}).get("max_train_time_s"))
+    write_calibration(out, settings, calibration)
+    return calibration
+
+
+def baseline_settings(
+    config_path: str | Path, overrides: list[str], steps: int, checkpoints: int, timed: int, side_by_side: int
+) -> tuple[str, dict]:
+    """The baseline's arm and the shared settings of the --config file, checked before anything runs."""
     require(
         min(steps, checkpoints, timed, side_by_side) >= 1,
         "calibration: steps, checkpoints, timed steps and side-by-side runs must be >= 1",
     )
-    out = Path(out)
-    baseline = load_config(config_path, [*overrides, "budget.max_steps=1"])  # checked before anything runs
-    settings = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
-    cap = settings.get("budget", {}).get("max_train_time_s")
-    out.mkdir(parents=True, exist_ok=True)
-    per_run = timed_steps(Path(config_path), overrides, timed, [out / f"run-{i}" for i in range(side_by_side)])
+    baseline = load_config(config_path, [*overrides, "budget.max_steps=1"])
+    return baseline.arm, yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+
+
+def resolve_budget(
+    arm: str, per_run: list[tuple[list[float], int]], steps: int, checkpoints: int, cap: float | None
+) -> dict:
+    """calibration.json: the timed runs' (step times, torch threads), the budget of `steps` steps at
+    their median, capped at `cap` (budget.max_train_time_s) if set, and its checkpoint grid."""
     seconds_per_step = statistics.median(t for times, _ in per_run for t in times)
     budget_s = steps * seconds_per_step
     capped = cap is not None and budget_s > cap
     if capped:
         budget_s = float(cap)
-    calibration = {
-        "arm": baseline.arm,
+    return {
+        "arm": arm,
         "steps": steps,
         "checkpoints": checkpoints,
         "untimed_steps": UNTIMED_STEPS,  # trained first, not timed
-        "timed_steps": timed,
-        "side_by_side": side_by_side,  # timed runs trained at once, as the arms train
+        "timed_steps": len(per_run[0][0]),
+        "side_by_side": len(per_run),  # timed runs trained at once, as the arms train
         "step_times_s": [times for times, _ in per_run],  # one list per timed run
         "torch_threads": [threads for _, threads in per_run],  # of each timed run, as the arms' run.json
         "seconds_per_step": seconds_per_step,  # the median of step_times_s, all runs together
@@ -138,31 +158,43 @@ def calibrate(
         "capped": capped,
         "hardware": hardware(),
     }
+
+
+def write_calibration(out: Path, settings: dict, calibration: dict) -> None:
+    """--out/train.yaml (the shared settings with the calibrated budget) and --out/calibration.json."""
     budget = {
         **settings.get("budget", {}),
-        "max_train_time_s": budget_s,
+        "max_train_time_s": calibration["budget_s"],
         "checkpoint_every_s": calibration["checkpoint_every_s"],
     }
+    c = calibration
     header = (
-        f"# {CALIBRATED_CONFIG}: the shared trainer settings with the budget of {steps} steps of {baseline.arm}\n"
-        f"# at {seconds_per_step:.3f} s/step on this machine, {side_by_side} run(s) side by side "
+        f"# {CALIBRATED_CONFIG}: the shared trainer settings with the budget of {c['steps']} steps of {c['arm']}\n"
+        f"# at {c['seconds_per_step']:.3f} s/step on this machine, {c['side_by_side']} run(s) side by side "
         f"({CALIBRATION_JSON}; pods_bench/calibration.py)\n"
     )
     atomic_write_text(
         out / CALIBRATED_CONFIG, header + yaml.safe_dump({**settings, "budget": budget}, sort_keys=False)
     )
     atomic_write_text(out / CALIBRATION_JSON, json.dumps(calibration, indent=1) + "\n")
-    return calibration
 
 
 def cli(args) -> int:
     c = calibrate(args.config, args.set, args.steps, args.checkpoints, args.timed_steps, args.out, args.side_by_side)
-    print(
+    print(report(c, Path(args.out)))
+    return 0
+
+
+def report(c: dict, out: Path) -> str:
+    """What `pods-bench calibrate` prints: the measurement, the budget, a capped budget, the files."""
+    lines = [
         f"{c['arm']}: {c['seconds_per_step']:.3f} s/step (median of {c['timed_steps']} steps x {c['side_by_side']} "
         f"run(s) side by side, after {c['untimed_steps']} untimed) -> a budget of "
         f"{c['budget_s']:.1f} s ({c['steps']} steps), a checkpoint every {c['checkpoint_every_s']:.2f} s"
-    )
+    ]
     if c["capped"]:
-        print(f"pods-bench calibrate: warning: the budget is capped at {c['cap_s']:g} s (budget.max_train_time_s)")
-    print(f"wrote {Path(args.out) / CALIBRATION_JSON} and {Path(args.out) / CALIBRATED_CONFIG}")
-    return 0
+        lines.append(
+            f"pods-bench calibrate: warning: the budget is capped at {c['cap_s']:g} s (budget.max_train_time_s)"
+        )
+    lines.append(f"wrote {out / CALIBRATION_JSON} and {out / CALIBRATED_CONFIG}")
+    return "\n".join(lines)

@@ -197,6 +197,36 @@ def test_the_verdict_says_when_the_peak_band_is_within_evaluation_noise(tmp_path
     assert (within in verdict) == (n_problems == 20), verdict
     # on 200 problems no "within noise" sentence of any wording (e.g. against one run's SE, 1.50 points)
     assert ("narrower than the evaluation noise" in verdict) == (n_problems == 20), verdict
+    if n_problems == 20:
+        # 80 % of grpo's gain (0.2 -> 0.9) is 0.76: grpo at 20 + 10 x 0.16 / 0.2 = 28 s, pods at
+        # 10 + 10 x 0.16 / 0.3 = 15.33 s: 1.83x; every seed alike, so the intervals are points
+        assert verdict == (
+            "pods reached 0.99 x grpo's peak 2.00x sooner [95 % CI 2.00, 2.00] over 3 seeds (the band from T to "
+            "grpo's peak, 0.90 points, is narrower than the evaluation noise of the mean, 2.74: within noise); "
+            "to 80 % of grpo's gain 1.83x [1.83, 1.83].\n"
+        )
+        # T = 0.99 x 0.9; one run's SE at T sqrt(0.9 x 0.1 / 40) = 4.74 points, the mean's 4.74 / sqrt(3)
+        caption = (tmp_path / "out" / "noisy" / "summary" / "speedups.md").read_text().split("\n\n")[0]
+        assert caption.endswith(
+            "T = 0.99 x peak of grpo = 89.10 %; speedup = time for grpo to reach T / time for the arm (first "
+            "checkpoint at or above T; grpo reaches T at 40 s). Budget 50 s (grpo's last checkpoint). [95 % CI]: "
+            "percentile bootstrap over seeds, 200 resamples. '<': the arm never reaches T (upper bound); '>=': the "
+            "baseline peaks at its last checkpoint (lower bound). Interp.: crossing times interpolated between "
+            "checkpoints. Gain: time to reach start + 0.8 x (grpo peak - start), interpolated. Mean acc. over "
+            "budget: area under the curve / grpo's budget. Evaluation noise at T: binomial SE 4.74 points for one "
+            "run, 2.74 for the mean of 3 seeds; the band T..peak is 0.90 points."
+        ), caption
+        # the table: peaks 0.9; crossings interpolated: grpo 30 + 10 x 0.091 / 0.1 = 39.1 s, pods
+        # 10 + 10 x 0.291 / 0.3 = 19.7 s (1.98x); mean over the 50 s budget by trapezoids: grpo 32.5 / 50,
+        # pods 38.5 / 50
+        lines = (tmp_path / "out" / "noisy" / "summary" / "speedups.md").read_text().split("\n\n")[1].splitlines()
+        cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+        assert cells[0][:10] == ["Arm", "n/m", "Rule", "Seeds", "Peak (%)", "Time to T", "Speedup", "Speedup (interp.)",
+                                 "Speedup to 80% of gain", "Mean acc. over budget (%)"]  # fmt: skip
+        assert cells[2][:10] == ["grpo (baseline)", "4/4", "all", "3", "90.0 [90.0, 90.0]", "40 s", "1.00x", "1.00x",
+                                 "1.00x", "65.0 [65.0, 65.0]"]  # fmt: skip
+        assert cells[3][:10] == ["pods", "16/4", "max variance", "3", "90.0 [90.0, 90.0]", "20 s", "2.00x [2.00, 2.00]",
+                                 "1.98x [1.98, 1.98]", "1.83x [1.83, 1.83]", "77.0 [77.0, 77.0]"]  # fmt: skip
 
 
 def test_the_noise_at_t_is_the_binomial_se_of_the_baseline_where_it_reaches_t(tmp_path, monkeypatch):
@@ -347,3 +377,118 @@ def test_the_baseline_is_still_rising_when_its_peak_after_the_start_is_its_last_
     from pods_bench.analysis.speedup import baseline_still_rising
 
     assert baseline_still_rising(hand_curve("grpo", values)) is rising
+
+
+# --- the formatting of the tables and the caption, value by value --------------------------------
+
+
+def _speedup_row(value=2.0, bound="", low=1.5, high=2.5, baseline=False, column="speedup"):
+    return pd.Series(
+        {column: value, f"{column}_bound": bound, f"{column}_ci_low": low, f"{column}_ci_high": high,
+         "is_baseline": baseline}
+    )  # fmt: skip
+
+
+def test_a_speedup_is_printed_with_its_bound_and_interval():
+    from pods_bench.analysis.tables import format_speedup
+
+    assert format_speedup(_speedup_row()) == "2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(bound="<")) == "<2.00x [1.50, 2.50]"  # the arm never reached T
+    assert format_speedup(_speedup_row(bound=">="), latex=True) == "$\\geq$2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(bound="<"), latex=True) == "$<$2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(bound=">=")) == ">=2.00x [1.50, 2.50]"
+    assert format_speedup(_speedup_row(), with_ci=False) == "2.00x"
+    assert format_speedup(_speedup_row(value=1.0, baseline=True)) == "1.00x"  # the baseline has no interval
+    assert format_speedup(_speedup_row(low=float("nan"), high=float("nan"))) == "2.00x"  # one seed: no CI
+    assert format_speedup(_speedup_row(bound="n/a")) == "n/a"
+    assert format_speedup(_speedup_row(value=float("nan"))) == "n/a"
+    row = _speedup_row(value=1.234, low=1.0, high=1.5, column="speedup_interp")
+    assert format_speedup(row, "speedup_interp") == "1.23x [1.00, 1.50]"
+
+
+def test_counts_times_and_intervals_are_printed_in_their_units():
+    from types import SimpleNamespace
+
+    from pods_bench.analysis.tables import _ci, format_count, format_time, time_unit
+
+    assert _ci(0.1234, 0.5678, 1, 100) == " [12.3, 56.8]" and _ci(1.234, 2.0, 2) == " [1.23, 2.00]"
+    assert _ci(float("nan"), 0.5, 1) == ""
+    assert [format_count(v) for v in (1234.4, 999_999.4, 1e6, 2.5e7)] == ["1,234", "999,999", "1e+06", "2.5e+07"]
+    assert format_count(float("inf")) == "never" and format_count(float("nan")) == "never"
+    assert format_time(90.0, "min") == "1.5 min" and format_time(7200.0, "h") == "2 h"
+    assert format_time(12.345, "s") == "12.3 s" and format_time(float("inf"), "s") == "never"
+    # the unit follows the budget: hours from 3 h, minutes from 5 min; an experiment's own unit wins
+    plain = SimpleNamespace(time_unit=None)
+    budgets = [3 * 3600, 3 * 3600 - 1, 5 * 60, 5 * 60 - 1]
+    assert [time_unit(plain, b) for b in budgets] == ["h", "min", "min", "s"]
+    assert time_unit(SimpleNamespace(time_unit="h"), 10.0) == "h"
+
+
+def test_the_caption_says_how_a_calibrated_budget_was_set():
+    from pods_bench.analysis.tables import _calibrated
+
+    c = {
+        "arm": "grpo", "steps": 40, "untimed_steps": 2, "timed_steps": 2, "side_by_side": 2,
+        "seconds_per_step": 2.5, "budget_s": 100.0, "checkpoint_every_s": 12.5, "cap_s": None, "capped": False,
+    }  # fmt: skip
+    assert _calibrated(c) == (
+        "; set as 40 steps of grpo at 2.50 s/step, timed here before the runs (median of 2 steps of 2 runs side "
+        "by side, as the arms train): 100.0 s of training clock for every arm (a run stops after the step that "
+        "passes it), a checkpoint every 12.50 s"
+    )
+    capped = c | {"budget_s": 50.0, "checkpoint_every_s": 6.25, "cap_s": 50, "capped": True}
+    assert _calibrated(capped).endswith(": 50.0 s of training clock for every arm (a run stops after the step that "
+                                        "passes it), a checkpoint every 6.25 s, capped at 50 s")  # fmt: skip
+    # a calibration recorded before untimed steps and side-by-side runs: the mean of one run's steps
+    old = {k: v for k, v in c.items() if k not in ("untimed_steps", "side_by_side")} | {"timed_steps": 1}
+    assert "(mean of 1 step): " in _calibrated(old)
+    assert "(median of 2 steps): " in _calibrated(c | {"side_by_side": 1})
+    assert _calibrated(None) == "" and _calibrated({}) == ""
+
+
+def test_the_verdict_words_each_bound_and_the_seed_count(tmp_path):
+    """The noisy experiment's summary (pods 2.00x sooner, 1.83x to 80 % of the gain, 3 seeds, no
+    resampling so no intervals; 200 problems: no noise clause), its pods row marked in turn as a lower
+    bound, an upper bound, not reached, and resting on 1 or 2 seeds."""
+    from pods_bench.analysis.tables import AnalysisOptions, summarize, verdict_lines
+
+    root = tmp_path / "results" / "noisy"
+    for arm in CURVES:
+        for seed in JITTER:
+            write_run(root, arm, seed)
+    (exp,), _ = load_experiments(root, progress=False)
+    summary = summarize(exp, AnalysisOptions(n_bootstrap=0), progress=False)
+    s = summary.speedups
+    pods = s.index[s["arm"] == "pods"][0]
+    gain = "; to 80 % of grpo's gain 1.83x."
+    assert verdict_lines(summary) == ["pods reached 0.99 x grpo's peak 2.00x sooner over 3 seeds" + gain]
+    s.loc[pods, "speedup_bound"] = ">="
+    assert verdict_lines(summary) == [
+        "pods reached 0.99 x grpo's peak at least 2.00x sooner over 3 seeds (grpo peaked at its last checkpoint: "
+        "a lower bound)" + gain
+    ]
+    s.loc[pods, "speedup_bound"] = "<"
+    assert verdict_lines(summary) == ["pods reached 0.99 x grpo's peak at most 2.00x sooner over 3 seeds" + gain]
+    s.loc[pods, "speedup_bound"] = "n/a"
+    assert verdict_lines(summary) == ["pods did not reach 0.99 x grpo's peak within the budget (over 3 seeds)" + gain]
+    s.loc[pods, "speedup_bound"] = ""
+    for seeds, words in ((1, "over 1 seed;"), (2, "over 2 seeds;")):
+        s.loc[pods, "n_seeds"] = seeds
+        assert words in verdict_lines(summary)[0]
+    # the table's cells for the same rows: bounds in LaTeX, an arm that never reached T, s/step
+    from pods_bench.analysis.tables import _display_table
+
+    s.loc[pods, ["n_seeds", "speedup_bound", "speedup_interp_bound"]] = [3, ">=", "<"]
+    s.loc[pods, ["t_arm_s", "t_arm_last_s", "seconds_per_step"]] = [float("inf"), 50.0, 1.2345]
+    latex = _display_table(summary, latex=True).set_index("Arm").loc["pods"]
+    assert (latex["Peak (\\%)"], latex["Speedup"], latex["Speedup (interp.)"]) == ("90.0", "$\\geq$2.00x", "$<$1.98x")
+    assert latex["Speedup to 80\\% of gain"] == "1.83x" and latex["Time to T"] == "> 50 s"
+    assert latex["s/step"] == "1.23"
+    plain = _display_table(summary, latex=False).set_index("Arm").loc["pods"]
+    assert (plain["Speedup"], plain["Speedup (interp.)"], plain["Speedup to 80% of gain"]) == (
+        ">=2.00x",
+        "<1.98x",
+        "1.83x",
+    )
+    s.loc[pods, "seconds_per_step"] = float("nan")
+    assert _display_table(summary, latex=False).set_index("Arm").loc["pods", "s/step"] == ""

@@ -21,8 +21,10 @@ BASELINE = ["arm=grpo", "selection.rule=all", "selection.n=4", "selection.m=4", 
 
 @pytest.fixture
 def shared_settings(tmp_path):
-    """The shared trainer settings as the workflow writes them (results/<exp>/configs/train.yaml)."""
-    settings = tiny_run(tmp_path / "unused", budget={"max_train_time_s": 600, "checkpoint_every_s": 5})
+    """The shared trainer settings as the workflow writes them (results/<exp>/configs/train.yaml), with
+    a cap (max_train_time_s) no budget of these tests reaches: on a loaded machine a tiny step took
+    20 s, and 40 of them passed a cap of 600 s (test_max_train_time_caps_the_budget sets its own)."""
+    settings = tiny_run(tmp_path / "unused", budget={"max_train_time_s": 86400, "checkpoint_every_s": 5})
     del settings["output_dir"]
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(settings))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
@@ -16,6 +17,7 @@ from pods_bench.errors import PodsBenchError
 from pods_bench.selection import (
     SELECTION_RULES,
     _order_keys,
+    choose,
     group_advantages,
     nonuniform_groups,
     select,
@@ -358,3 +360,179 @@ def test_select_takes_m_up_to_n_and_refuses_more_by_outcome():
     assert outcome("max_reward", 1) == [1]
     assert outcome("max_reward", 5) == "m (rollouts kept per prompt) must be an integer in 1..n=4, got 5"
     assert outcome("max_reward", 0) == "m (rollouts kept per prompt) must be an integer in 1..n=4, got 0"
+
+
+# --- a rule registered with settings of its own ---------------------------------------------------
+
+
+@dataclass
+class SkipSettings:
+    skip: int = 1  # lowest rewards passed over before the draw
+
+
+def skip_then_draw(rewards, m, generator=None, settings=None):
+    """m rollouts drawn with `generator` from those above the `settings.skip` lowest (stable order).
+    Without settings it skips none: a fallback unlike its dataclass's default, so that a test sees
+    which of the two arrived."""
+    skip = settings.skip if settings is not None else 0
+    above = torch.sort(rewards, dim=1, stable=True).indices[:, skip:]
+    draw = torch.rand(above.shape, generator=generator).argsort(1)[:, :m]
+    return above.gather(1, draw)
+
+
+@pytest.fixture
+def toy_rule_with_settings():
+    SELECTION_RULES.register("skip_then_draw", settings=SkipSettings)(skip_then_draw)
+    yield
+    SELECTION_RULES.unregister("skip_then_draw")
+
+
+def test_select_hands_a_rule_with_settings_its_rewards_m_generator_and_settings(toy_rule_with_settings):
+    """`select` calls a rule registered with settings with all four arguments: the settings given, or
+    the dataclass's defaults (skip 1) when none are; and the generator given, not torch's global one."""
+    rewards = torch.tensor([[7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0]] * 3)  # ascending order: 7, 6, ..., 0
+    seeded = lambda: torch.Generator().manual_seed(11)
+    direct = {skip: skip_then_draw(rewards, 3, seeded(), SkipSettings(skip)) for skip in (0, 1, 2)}
+    # the three skips keep different rollouts (skip k never keeps index 8 - k .. 7), so the test tells them apart
+    assert all(not torch.equal(direct[a], direct[b]) for a, b in ((0, 1), (1, 2), (0, 2)))
+    for k in (1, 2):
+        assert not (direct[k] >= 8 - k).any()
+    torch.manual_seed(0)  # torch's global RNG: another stream than the seeded generator
+    assert torch.equal(select("skip_then_draw", rewards, 3, seeded(), SkipSettings(2)), direct[2])
+    assert torch.equal(select("skip_then_draw", rewards, 3, seeded()), direct[1])  # the dataclass's default
+    torch.manual_seed(0)
+    global_draw = skip_then_draw(rewards, 3, None, SkipSettings(2))
+    assert not torch.equal(global_draw, direct[2])  # the global RNG would keep other rollouts
+
+
+def test_choose_hands_the_rule_its_config_section(toy_rule_with_settings):
+    """Steps 4-5 pass the rule's section selection.<rule> of the config (skip 2, not the default 1)."""
+    s = _selection(rule="skip_then_draw", n=8, m=3, skip_then_draw={"skip": 2})
+    rewards = torch.tensor([[7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]])
+    c = choose(rewards, s, torch.Generator().manual_seed(4))
+    expected = skip_then_draw(rewards, 3, torch.Generator().manual_seed(4), SkipSettings(2))
+    assert c.cols.tolist() == expected.flatten().tolist()
+    assert not torch.equal(expected, skip_then_draw(rewards, 3, torch.Generator().manual_seed(4), SkipSettings(1)))
+
+
+# --- what the checks let through, exactly -------------------------------------------------------
+
+
+def test_messages_name_the_rewards_and_the_rules():
+    with pytest.raises(PodsBenchError, match=r"^rewards must be 2-D \(prompts, rollouts\), got shape \(8,\)$"):
+        select("max_variance", torch.zeros(8), 2)
+    with pytest.raises(PodsBenchError, match=r"^rewards contain NaN or infinite values$"):
+        select("max_variance", torch.tensor([[0.0, float("nan")]]), 1)
+    with pytest.raises(PodsBenchError, match=r"^rewards must be real, got dtype torch.complex64$"):
+        select("max_variance", torch.zeros(2, 2, dtype=torch.complex64), 1)
+    with pytest.raises(PodsBenchError, match=r"^kept rewards must have at least one rollout per prompt$"):
+        group_advantages(torch.zeros(2, 0))
+    with pytest.raises(PodsBenchError) as error:
+        select("max_varience", torch.zeros(2, 4), 2)
+    assert str(error.value) == (
+        "unknown selection rule 'max_varience'; choose from max_variance, max_reward, random, all, max_abs_advantage"
+    )
+
+
+def test_float64_rewards_are_compared_as_float64_and_integers_become_float():
+    # 1 + 2^-40 rounds to 1.0 in float32: kept as float64 it is the higher reward
+    assert select("max_reward", torch.tensor([[1.0, 1.0 + 2**-40]], dtype=torch.float64), 1).tolist() == [[1]]
+    # integer rewards: advantages in the default float dtype, 0 and 1 -> -/+ 0.5 / (0.7071 + 1e-4)
+    adv = group_advantages(torch.tensor([[0, 1]]))
+    assert adv.dtype == torch.get_default_dtype()
+    assert adv[0].tolist() == pytest.approx([-0.5 / (0.5**0.5 + 1e-4), 0.5 / (0.5**0.5 + 1e-4)])
+
+
+def test_order_keys_flip_the_lowest_float32_mantissa_bit_of_negative_rewards():
+    """Bit 29 of the widened float64 is the lowest float32 mantissa bit: -1 - 2^-23 (bit set) is
+    below -1.0 (bit clear), so its key must be the smaller one, which takes flipping bit 29 too."""
+    below = -1.0 - 2**-23  # the float32 just below -1.0
+    rewards = torch.tensor([[-1.0, below, 1.0 + 2**-23, 1.0]])
+    assert _order_keys(rewards).argsort(1).tolist() == [[1, 0, 3, 2]]
+    # max_variance with m = 1 keeps the lowest reward
+    assert select("max_variance", torch.tensor([[-1.0, below]]), 1).tolist() == [[1]]
+
+
+def test_only_rows_whose_rewards_are_all_equal_get_zero_advantages():
+    # a uniform row whose float32 mean is not exactly its value, beside a row with a larger maximum:
+    # the all-equal test is per row (a batch-wide maximum would leave the rounding residue / eps)
+    x = 0.4900934100151062
+    adv = group_advantages(torch.tensor([[x, x, x], [0.0, 1.0, 0.5]]))
+    assert adv[0].tolist() == [0.0, 0.0, 0.0]
+    assert adv[1].tolist() == pytest.approx([-0.5 / (0.5 + 1e-4), 0.5 / (0.5 + 1e-4), 0.0])  # unbiased std 0.5
+
+
+# --- choose: the corners of steps 4-5 ---------------------------------------------------------
+
+
+def test_choose_with_no_group_left_is_empty_and_typed():
+    """No groups at all, or every group all-equal under DAPO's filter (one size or several): nothing
+    trains, and the empty tensors keep their dtypes (indices long, advantages and rewards float64)."""
+    filtered = _selection(rule="max_variance", n=4, m=2, filter_uniform_groups=True)
+    cases = [
+        (choose([], _selection(rule="max_variance", n=4, m=2)), []),
+        (choose(torch.ones(2, 4, dtype=torch.float64), filtered), [False, False]),
+        (choose([torch.ones(4, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)], filtered), [False, False]),
+    ]
+    for c, informative in cases:
+        assert c.groups == [] and c.informative.tolist() == informative
+        for t, dtype in ((c.rows, torch.long), (c.cols, torch.long), (c.advantages, torch.float64), (c.rewards, torch.float64)):  # fmt: skip
+            assert t.shape == (0,) and t.dtype == dtype
+
+
+def test_ragged_choice_keeps_float64_rewards_and_advantages():
+    # 0.1 and 0.7 are not float32 numbers: the kept rewards come back exactly
+    ragged = [torch.tensor([0.1, 0.7], dtype=torch.float64), torch.tensor([0.7, 0.1, 0.1, 0.1], dtype=torch.float64)]
+    c = choose(ragged, _selection(rule="max_reward", n=4, m=2, scale_advantage_by_std=False))
+    assert c.rows.dtype == torch.long and c.cols.dtype == torch.long
+    assert c.rewards.tolist() == [0.7, 0.1, 0.7, 0.1]  # max_reward: descending, ties by index
+    # Dr. GRPO (no std): r - mean of the kept two, +-0.3 to float64 precision (float32 would be ~1e-8 off)
+    assert c.advantages.dtype == torch.float64
+    assert c.advantages.tolist() == pytest.approx([0.3, -0.3, 0.3, -0.3], rel=0, abs=1e-15)
+
+
+def test_under_rule_all_a_group_larger_than_n_keeps_every_rollout():
+    # HORA's groups are n on average: a group of 6 with n = m = 4 trains all 6 under GRPO
+    ragged = [torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([1.0, 0.0])]
+    c = choose(ragged, _selection(rule="all", n=4, m=4))
+    assert c.rows.tolist() == [0] * 6 + [1] * 2 and c.cols.tolist() == [0, 1, 2, 3, 4, 5, 0, 1]
+
+
+def test_groups_of_one_size_as_a_list_go_batch_level_too():
+    # one size: the (groups, n) path, so CPPO's batch-level pruning works on a list as on the matrix
+    s = _selection(rule="max_abs_advantage", n=4, m=2, advantage_over="all", scope="batch")
+    rewards = torch.tensor([[0.0, 1.0, 1.0, 0.5], [0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    a, b = choose(rewards, s), choose(list(rewards), s)
+    assert a.rows.tolist() == b.rows.tolist() and a.cols.tolist() == b.cols.tolist()
+
+
+def test_cppo_advantages_over_all_n_are_kept_as_they_are():
+    """advantage_over: all (CPPO): the advantages are normalised over the group's n rewards and the
+    kept rollouts keep theirs. Rewards 0, 0, 0, 1: mean 0.25, unbiased std 0.5; the two farthest
+    from the mean are rollout 3 (+0.75) and rollout 0 (-0.25, the first of three ties)."""
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    c = choose(rewards, _selection(rule="max_abs_advantage", n=4, m=2, advantage_over="all"))
+    assert c.rows.tolist() == [0, 0, 1, 1] and c.cols.tolist() == [3, 0, 0, 1]
+    # over the kept two (0 and 1) they would be -/+0.7070 instead
+    assert c.advantages.tolist() == pytest.approx([0.75 / (0.5 + 1e-4), -0.25 / (0.5 + 1e-4), 0.0, 0.0], abs=1e-12)
+    c = choose(
+        rewards, _selection(rule="max_abs_advantage", n=4, m=2, advantage_over="all", scale_advantage_by_std=False)
+    )
+    assert c.advantages.tolist() == [0.75, -0.25, 0.0, 0.0]
+
+
+def test_cppo_batch_level_pruning_keeps_the_largest_advantages_of_the_batch_in_batch_order():
+    """scope: batch keeps groups x m = 4 rollouts over the whole batch. Group 0 (0, 1, 1, 0.5): mean
+    0.625, deviations -0.625, 0.375, 0.375, -0.125, unbiased std sqrt(0.6875 / 3); group 1 (0, 0, 0, 1):
+    -0.25 x 3 and 0.75 over std 0.5. By |A|: (1, 3) 1.4997, (0, 0) 1.3053, (0, 1) and (0, 2) 0.7832,
+    then the three 0.4999s; in batch order: group 0's three first."""
+    rewards = torch.tensor([[0.0, 1.0, 1.0, 0.5], [0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    c = choose(rewards, _selection(rule="max_abs_advantage", n=4, m=2, advantage_over="all", scope="batch"))
+    assert c.rows.tolist() == [0, 0, 0, 1] and c.cols.tolist() == [0, 1, 2, 3]
+    std0 = (0.6875 / 3) ** 0.5
+    expected = [-0.625 / (std0 + 1e-4), 0.375 / (std0 + 1e-4), 0.375 / (std0 + 1e-4), 0.75 / (0.5 + 1e-4)]
+    assert c.advantages.tolist() == pytest.approx(expected, abs=1e-12)
+    assert c.rewards.tolist() == [0.0, 1.0, 1.0, 1.0]
+    # one group, m = 2: rollout 3, then the first of the three tied 0.4999s (a stable sort)
+    c = choose(rewards[1:], _selection(rule="max_abs_advantage", n=4, m=2, advantage_over="all", scope="batch"))
+    assert c.cols.tolist() == [0, 3]
