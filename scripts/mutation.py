@@ -46,6 +46,7 @@ def mutmut_section(module: str, tests: list[str]) -> str:
         'source_paths = ["pods_bench"]\n'
         f"only_mutate = {quoted([module])}\n"
         f"pytest_add_cli_args_test_selection = {quoted(tests)}\n"
+        'also_copy = ["config", "workflows"]  # the experiment configs and their schema (mutmut copies only code and tests)\n'
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
         'process_isolation = "forkserver"  # torch is not fork-safe once imported\n'
     )

@@ -759,3 +759,89 @@ def test_hora_allocation_matches_the_top_marginals_of_the_beta_posteriors_comput
             probes,
             extra,
         )
+
+
+# --- every setting's bounds: the edge accepted, one step past it a one-line error naming the key ----------
+
+
+def _settings_cases():
+    from pods_bench.allocation.dynamic_sampling import DynamicSamplingConfig
+    from pods_bench.allocation.greso import GresoConfig
+    from pods_bench.allocation.pilot_commit import PilotCommitConfig
+    from pods_bench.allocation.reward_variance_filter import RewardVarianceFilterConfig
+
+    key = "config key allocation."
+    rounds = lambda s: f"{key}{s}.max_rounds must be >= 0 (0: no limit)"
+    window = key + "pilot_commit: the pass window [pass_low, 1 - pass_high_margin] must lie in [0, 1] and not be empty"
+    cases = [
+        (DynamicSamplingConfig, {"max_rounds": 0, "prompts_per_round": 1}, None),
+        (DynamicSamplingConfig, {"max_rounds": -1}, rounds("dynamic_sampling")),
+        (DynamicSamplingConfig, {"prompts_per_round": 0}, f"{key}dynamic_sampling.prompts_per_round must be >= 1 "
+         "(or null: 3 x prompts_per_step)"),
+        (GresoConfig, {"max_rounds": -1}, rounds("greso")),
+        (GresoConfig, {"max_rounds": 0, "target_zero_variance": 0, "p_step": 0, "prompts_per_round": 1,
+                       "min_prompts_per_round": 1}, None),
+        (GresoConfig, {"p_min": 1, "p_max": 1, "p_easy": 1, "p_hard": 1, "skip_floor": 1}, None),
+        (GresoConfig, {"p_min": 0.5, "p_max": 0.5}, None),  # p_min = p_max: p never moves
+        (GresoConfig, {"p_min": 0.6, "p_max": 0.5}, f"{key}greso.p_min must be <= p_max"),
+        (GresoConfig, {"target_zero_variance": 1}, f"{key}greso.target_zero_variance must be in [0, 1)"),
+        (GresoConfig, {"target_zero_variance": -0.1}, f"{key}greso.target_zero_variance must be in [0, 1)"),
+        (GresoConfig, {"p_step": -0.01}, f"{key}greso.p_step must be >= 0"),
+        (PilotCommitConfig, {"max_rounds": 0, "pilot_prompts": 1, "pilot_rollouts": 1, "max_off_steps": 0}, None),
+        (PilotCommitConfig, {"max_rounds": -1}, rounds("pilot_commit")),
+        (PilotCommitConfig, {"pilot_prompts": 0}, f"{key}pilot_commit.pilot_prompts must be >= 1 (or null: 3 x "
+         "prompts_per_step)"),
+        (PilotCommitConfig, {"pilot_rollouts": 0}, f"{key}pilot_commit.pilot_rollouts must be >= 1 (or null: "
+         "selection.n / 4)"),
+        (PilotCommitConfig, {"max_off_steps": -1}, f"{key}pilot_commit.max_off_steps must be >= 0"),
+        # the window may be one point, or all of [0, 1]
+        (PilotCommitConfig, {"pass_low": 0.75, "pass_high_margin": 0.25}, None),
+        (PilotCommitConfig, {"pass_low": 0, "pass_high_margin": 0}, None),
+        (PilotCommitConfig, {"pass_low": 0.875, "pass_high_margin": 0.25}, window + ", got [0.875, 0.75]"),
+        (PilotCommitConfig, {"pass_low": -0.125}, window + ", got [-0.125, 0.75]"),
+        (PilotCommitConfig, {"pass_low": 0.5, "pass_high_margin": -0.25}, window + ", got [0.5, 1.25]"),
+        (PilotCommitConfig, {"solve_threshold": None}, None),
+        (PilotCommitConfig, {"solve_threshold": 1}, None),
+        (PilotCommitConfig, {"solve_threshold": 0}, f"{key}pilot_commit.solve_threshold must be in (0, 1] (or null: "
+         "no eviction)"),
+        (PilotCommitConfig, {"solve_threshold": 1.5}, f"{key}pilot_commit.solve_threshold must be in (0, 1] (or null: "
+         "no eviction)"),
+        (VigorConfig, {"initial_rollouts": 1, "keep_share": 1, "growth": 1, "rounds": 1}, None),
+        (VigorConfig, {"initial_rollouts": 0}, f"{key}vigor.initial_rollouts must be >= 1"),
+        (VigorConfig, {"keep_share": 1.5}, f"{key}vigor.keep_share must be in (0, 1]"),
+        (VigorConfig, {"growth": 0}, f"{key}vigor.growth must be >= 1"),
+        (VigorConfig, {"rounds": 0}, f"{key}vigor.rounds must be >= 1"),
+        (RewardVarianceFilterConfig, {"value": 1}, None),
+        (RewardVarianceFilterConfig, {"value": 0}, f"{key}reward_variance_filter.value must be in (0, 1], got 0"),
+    ]  # fmt: skip
+    for name in ("p_easy", "p_hard", "p_min", "p_max", "skip_floor"):
+        bounds = {"p_min": 0.01} if name == "p_min" else {}
+        cases.append((GresoConfig, {**bounds, name: 0}, f"{key}greso.{name} must be in (0, 1]"))
+        cases.append((GresoConfig, {name: 1.01}, f"{key}greso.{name} must be in (0, 1]"))
+    for name in ("prompts_per_round", "min_prompts_per_round"):
+        cases.append((GresoConfig, {name: 0}, f"{key}greso.{name} must be >= 1 (or null)"))
+    return cases
+
+
+@pytest.mark.parametrize("settings, values, message", _settings_cases())
+def test_each_allocation_setting_accepts_its_edge_and_names_itself_past_it(settings, values, message):
+    if message is None:
+        assert all(getattr(settings(**values), k) == v for k, v in values.items())
+    else:
+        with pytest.raises(PodsBenchError) as error:
+            settings(**values)
+        assert str(error.value) == message
+
+
+def test_vigor_keeping_a_quarter_grows_the_two_earliest_mixed_prompts():
+    # P = 8, m0 = 2, alpha 0.25, gamma 4, T = 2: 8 x 2 + ceil(0.25 x 8) = 2 x 8 = 32 = 8 x 4 rollouts.
+    # Three prompts are mixed after round 1 (variance 0.25 each): the two drawn first stay active
+    # (keeping 1 - alpha = 0.75 would keep 6)
+    order = stream_order()[:8]
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0) | {order[i]: 0.5 for i in (1, 4, 6)}
+    cfg = make_cfg("vigor", n=4, m=4, P=8, initial_rollouts=2, keep_share=0.25, growth=4, rounds=2)
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert sampler.calls_made == [(order, 2), ([order[1], order[4]], 8)]
+    assert batch.sizes == [2, 10, 2, 2, 10, 2, 2, 2]
+    assert stats == {"num_gen_batches": 2, "groups_sampled": 10, "group_size_min": 2, "group_size_max": 10}

@@ -7,6 +7,7 @@ gradient checkpointing, on three processes and dimensions that do not divide by 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -127,3 +128,106 @@ def test_bf16_sharded_gradient_is_the_float32_sum_of_the_processes_bf16_passes(t
     for checkpointing in (False, True):
         assert errors[f"{checkpointing}/float32"] < 1e-5, errors
         assert errors[f"{checkpointing}/bfloat16"] > 1e-4, errors
+
+
+# --- the sharding helpers on one process, in this process (fast, and every call seen by the tests) -------
+
+
+def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimizer_state():
+    """FSDP2 over a one-process gloo group: the shard is the whole tensor, so every helper's answer
+    is known without FSDP: the gathered weights are the float32 ones cast to bf16, the gradient held
+    is 4 bytes a parameter, the full state dicts are the model's own (the tied output layer named
+    once), and AdamW's first moment after one step is (1 - beta1) x the gradient."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from pods_bench.checkpoint import load_policy
+    from pods_bench.sharding import (
+        broadcast_object,
+        decoder_layers,
+        full_model_state,
+        full_optimizer_state,
+        gathered,
+        gradient_bytes,
+        is_sharded,
+        load_optimizer_state,
+        shard,
+        shard_from_rank0,
+        total_norm,
+        units,
+        uses_fsdp,
+    )
+    from tests.test_logprobs import make_cfg
+
+    cfg = make_cfg("token")
+    cfg = replace(cfg, model=replace(cfg.model, mixed_precision="bf16"), optim=replace(cfg.optim, fsdp=True))
+    plain = replace(cfg, optim=replace(cfg.optim, fsdp=False))
+    assert (uses_fsdp(cfg, 2), uses_fsdp(cfg, 1), uses_fsdp(plain, 2)) == (True, False, False)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        policy, _ = load_policy(cfg)
+        whole = {name: p.detach().clone() for name, p in policy.named_parameters()}
+        assert policy.config.tie_word_embeddings and "lm_head.weight" not in whole  # one parameter, two names
+        assert not is_sharded(policy) and units(policy) == []
+        assert shard(policy, cfg, torch.device("cpu")) is policy
+        layers = decoder_layers(policy)
+        assert layers == list(policy.model.layers) and len(layers) == 2
+        assert is_sharded(policy) and units(policy) == [policy, *layers]  # one unit a layer, one for the rest
+
+        with gathered(policy, SimpleNamespace(samples_from_trainer=False)):  # vLLM: its own weights
+            assert all(isinstance(p, torch.distributed.tensor.DTensor) for p in policy.parameters())
+        with gathered(policy, SimpleNamespace(samples_from_trainer=True)):
+            inside = dict(policy.named_parameters())
+            assert all(type(p) is torch.nn.Parameter and p.dtype == torch.bfloat16 for p in inside.values())
+            assert all(torch.equal(inside[n], w.to(torch.bfloat16)) for n, w in whole.items())
+            policy(torch.tensor([[5, 6, 7]]))  # a forward pass inside keeps them gathered
+            assert all(type(p) is torch.nn.Parameter for p in policy.parameters())
+        assert {type(p).__name__ for p in policy.parameters()} == {"DTensor"}
+        assert {p.dtype for p in policy.parameters()} == {torch.float32}
+
+        assert gradient_bytes(policy) == 0
+        policy(torch.tensor([[5, 6, 7, 8]])).logits.float().sum().backward()
+        assert gradient_bytes(policy) == 4 * sum(w.numel() for w in whole.values())  # one process: all of it
+        grads = {n: p.grad.full_tensor().clone() for n, p in policy.named_parameters()}
+        by_hand = float(torch.cat([g.flatten() for g in grads.values()]).double().norm())
+        assert total_norm(torch.nn.utils.clip_grad_norm_(policy.parameters(), 1e9)) == pytest.approx(
+            by_hand, rel=1e-5
+        )  # float32 sums
+        assert total_norm(torch.tensor(2.5)) == 2.5
+
+        state = full_model_state(policy)
+        assert sorted(state) == sorted(whole) and all(torch.equal(state[n], w) for n, w in whole.items())
+
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=0.1)
+        assert full_optimizer_state(policy, optimizer) == optimizer.state_dict()  # no step yet: no state made
+        fresh = full_optimizer_state(policy, optimizer)
+        optimizer.step()
+        saved = full_optimizer_state(policy, optimizer)
+        assert sorted(saved["state"]) == sorted(whole)
+        for name, g in grads.items():
+            assert torch.allclose(saved["state"][name]["exp_avg"], 0.1 * g, rtol=1e-6, atol=0), name
+
+        policy.zero_grad(set_to_none=True)  # as on resume: no gradients yet
+        again = torch.optim.AdamW(policy.parameters(), lr=0.1)
+        load_optimizer_state(policy, again, fresh)
+        assert again.state_dict()["state"] == {}  # saved before the first step: left fresh
+        load_optimizer_state(policy, again, saved)
+        restored = full_optimizer_state(policy, again)["state"]
+        assert all(torch.equal(restored[n]["exp_avg_sq"], saved["state"][n]["exp_avg_sq"]) for n in whole)
+        assert broadcast_object({"rank 0": [1, 2]}) == {"rank 0": [1, 2]}
+
+        # built on the meta device and filled from rank 0's whole model: its weights, its rotary buffers
+        source, _ = load_policy(cfg)
+        source.model.rotary_emb.inv_freq.mul_(3.0)  # a buffer outside the state dict, told apart
+        empty, _ = load_policy(cfg, meta=True)
+        filled = shard_from_rank0(empty, source, cfg, torch.device("cpu"))
+        assert filled is empty and units(filled) == [filled, *decoder_layers(filled)]
+        assert all(
+            torch.equal(p.full_tensor(), dict(source.named_parameters())[n]) for n, p in filled.named_parameters()
+        )
+        assert torch.equal(filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
+        assert filled.lm_head.weight is filled.model.embed_tokens.weight  # still tied: one parameter
+    finally:
+        dist.destroy_process_group()

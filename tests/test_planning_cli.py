@@ -3,6 +3,7 @@ other commands (`plan`, the train logs) say independently, not against their own
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,9 @@ def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_t
         assert len(records) == row["steps"] == 4  # two interleaved rounds of 2 steps
         measured = sum(sum(r[f"time_{p}_s"] for p in PHASES) for r in records) / len(records)
         assert row["measured_s"] == pytest.approx(measured, abs=1e-3)
+        # the error is relative to the measurement: recomputed from the two columns, not read
+        error = 100 * (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
+        assert row["error_pct"] == pytest.approx(error, abs=0.051)
     # the held-out arm's prediction is what `plan` says with the fitted model on this machine's setup
     plan = plan_step_seconds(config, "cpu", tmp_path / "plan.csv", "--model", str(out / "step_time_model.json"))
     assert rows.loc["grpo_n8_m8", "predicted_s"] == pytest.approx(plan["grpo_n8_m8"], rel=1e-3)
@@ -124,3 +128,166 @@ def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_t
     # bad input: an arm to fit on that the config does not have
     done = pods_bench("profile", str(config), "--fit", "nope", "--out", str(tmp_path / "x"))
     assert done.returncode != 0 and "Traceback" not in done.stderr and "--fit: no arm 'nope'" in done.stderr
+
+
+# --- the validation table from train logs written by hand (in-process, fast) ------------------------
+
+
+def held_out_experiment(tmp_path: Path) -> Path:
+    """tiny_experiment and a fourth arm held out by its completion limit: 4 new tokens where the others have 8."""
+    path = tiny_experiment(tmp_path)
+    config = yaml.safe_load(path.read_text())
+    arms = config.pop("arms")  # in the order of tiny_experiment, the new arm last
+    config["arms"] = {arm: arms[arm] for arm in ("grpo_n4_m4", "pods_n8_m2", "grpo_n8_m8")}
+    config["arms"]["grpo_n4_m4_new4"] = {"rule": "all", "n": 4, "m": 4, "set": {"sampling.max_new_tokens": 4}}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def write_train_log(out: Path, arm: str, steps: list[float], decode_width: float, m: int) -> None:
+    """One train_log line per step: its phase times sum to the given seconds (0.01 of them in the
+    update, the rest in generation), and each of its rows decoded `decode_width` steps."""
+    import json
+
+    folder = out / "runs" / arm
+    folder.mkdir(parents=True)
+    rows = 8 if arm.startswith("grpo_n4") else 16
+    lines = [
+        {
+            "time_gen_s": seconds - 0.01,
+            "time_reward_s": 0.0,
+            "time_select_s": 0.0,
+            "time_update_s": 0.01,
+            "time_sync_s": 0.0,
+            "decode_sequence_steps": rows * decode_width,
+            "rollouts_generated": rows,
+            "completion_len_mean": decode_width,
+            "update_tokens": 2 * m * 30,
+            "prompts_kept": 2,
+            "m": m,
+        }
+        for seconds in steps
+    ]
+    (folder / "train_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_validation_rows_predict_held_out_arms_from_the_config_and_recompute_the_error(tmp_path):
+    from pods_bench.planning.profile import arm_configs, validation_markdown, validation_rows
+    from pods_bench.planning.step_time import StepLengths, StepTimeModel
+
+    out = tmp_path / "profile"
+    arms = arm_configs(held_out_experiment(tmp_path), out)
+    # the fitted arms' completions ran to their limit of 8; the held-out new4 arm's stopped at 3 of its 4
+    write_train_log(out, "grpo_n4_m4", [0.05, 0.06024], decode_width=8, m=4)  # measured 0.05512
+    write_train_log(out, "pods_n8_m2", [0.09, 0.1, 0.11], decode_width=8, m=2)  # 0.1
+    write_train_log(out, "grpo_n8_m8", [0.11, 0.13], decode_width=8, m=8)  # 0.12
+    write_train_log(out, "grpo_n4_m4_new4", [0.025, 0.035], decode_width=3, m=4)  # 0.03
+    # a model whose step is 1 ms per decoded row-step (HF generate: rows x the call's longest completion),
+    # fitted where calls decoded 6 steps: from the config an arm decodes 6, or its limit if lower
+    phases = {"gen": {"decode_sequence_steps": 0.001}, "reward": {}, "select": {}, "update": {}, "sync": {}}
+    model = StepTimeModel(phases, "by hand", StepLengths(6.0, 5.0, 30.0))
+    rows = validation_rows(out, arms, model, ["grpo_n4_m4", "pods_n8_m2"])
+
+    # P = 2 prompts: 8 rows at n = 4, 16 at n = 8. From the config: 8 x 6 ms = 0.048, 16 x 6 ms = 0.096,
+    # the new4 arm 8 x 4 ms = 0.032 (its limit); from its own lengths 8 x 8 ms, 16 x 8 ms, 8 x 3 ms.
+    # Errors relative to the measurement: (0.048 - 0.05512) / 0.05512 = -12.9 %, (0.096 - 0.12) / 0.12
+    # = -20 % (over the prediction it would read -25 %), (0.032 - 0.03) / 0.03 = +6.7 %
+    assert rows == [
+        {"arm": "grpo_n4_m4", "n": 4, "m": 4, "role": "fitted", "steps": 2, "measured_s": 0.0551,
+         "predicted_s": 0.048, "error_pct": -12.9, "predicted_own_lengths_s": 0.064, "error_own_lengths_pct": 16.1},
+        {"arm": "pods_n8_m2", "n": 8, "m": 2, "role": "fitted", "steps": 3, "measured_s": 0.1,
+         "predicted_s": 0.096, "error_pct": -4.0, "predicted_own_lengths_s": 0.128, "error_own_lengths_pct": 28.0},
+        {"arm": "grpo_n8_m8", "n": 8, "m": 8, "role": "held out: n, m", "steps": 2, "measured_s": 0.12,
+         "predicted_s": 0.096, "error_pct": -20.0, "predicted_own_lengths_s": 0.128, "error_own_lengths_pct": 6.7},
+        {"arm": "grpo_n4_m4_new4", "n": 4, "m": 4, "role": "held out: sampling.max_new_tokens=4", "steps": 2,
+         "measured_s": 0.03, "predicted_s": 0.032, "error_pct": 6.7, "predicted_own_lengths_s": 0.024,
+         "error_own_lengths_pct": -20.0},
+    ]  # fmt: skip
+    assert validation_markdown(rows).splitlines()[4:] == [
+        "| grpo_n8_m8 | 8/8 | held out: n, m | 2 | 0.12 | 0.096 | -20.0 % | 0.128 | +6.7 % |",
+        "| grpo_n4_m4_new4 | 4/4 | held out: sampling.max_new_tokens=4 | 2 | 0.03 | 0.032 | +6.7 % | 0.024 | -20.0 % |",
+    ]
+
+
+def test_validation_and_memory_tables_are_written_as_csv_and_markdown(tmp_path):
+    from pods_bench.planning.profile import memory_markdown, validation_markdown, write_rows
+
+    rows = [
+        {"arm": "a", "n": 8, "m": 2, "role": "fitted", "steps": 3, "measured_s": 0.5, "predicted_s": 0.45,
+         "error_pct": -10.0, "predicted_own_lengths_s": 0.55, "error_own_lengths_pct": 10.0},
+    ]  # fmt: skip
+    write_rows(tmp_path, "validation", rows, validation_markdown)
+    assert pd.read_csv(tmp_path / "validation.csv").to_dict("records") == rows
+    assert (tmp_path / "validation.md").read_text() == (
+        "| arm | n/m | role | steps | measured s/step | predicted (config) | error | predicted (own lengths) | error |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        "| a | 8/2 | fitted | 3 | 0.5 | 0.45 | -10.0 % | 0.55 | +10.0 % |\n"
+    )
+    memory = [
+        {"arm": "b", "n": 16, "m": 4, "rows": 8, "prompt_tokens": 100, "completion_tokens": 32,
+         "measured_mib": 12.5, "planned_mib": 13.0, "error_pct": 4.0},
+    ]  # fmt: skip
+    assert memory_markdown(memory) == (
+        "| arm | n/m | rows x (prompt + completion) | measured MiB | planned MiB | error |\n"
+        "| --- | --- | --- | --- | --- | --- |\n"
+        "| b | 16/4 | 8 x (100 + 32) | 12.5 | 13.0 | +4.0 % |\n"
+    )
+
+
+def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path):
+    from pods_bench.errors import PodsBenchError
+    from pods_bench.planning.profile import arm_configs, profile
+
+    config, out = held_out_experiment(tmp_path), tmp_path / "profile"
+    arms = arm_configs(config, out)
+    assert list(arms) == ["grpo_n4_m4", "pods_n8_m2", "grpo_n8_m8", "grpo_n4_m4_new4"]
+    settings, overrides, changes = arms["grpo_n4_m4_new4"]
+    assert settings["prompts_per_step"] == 2 and settings["device"] == "cpu"
+    # the arm's own settings, then its run folder, the first seed, no time limit, one checkpoint a run
+    # (1e12 s apart: only where a round ends) and no inline evaluation
+    assert overrides == [
+        "arm=grpo_n4_m4_new4", "selection.rule=all", "selection.n=4", "selection.m=4",
+        "sampling.max_new_tokens=4", f"output_dir={out / 'runs' / 'grpo_n4_m4_new4'}", "seed=0",
+        "budget.max_train_time_s=null", "budget.checkpoint_every_s=1000000000000.0", "eval.inline=false",
+    ]  # fmt: skip
+    assert changes == "sampling.max_new_tokens=4" and arms["grpo_n8_m8"][2] == ""
+
+    experiment = yaml.safe_load(config.read_text())
+    experiment["seeds"] = [7, 3]
+    experiment["arms"]["grpo_n4_m4"]["set"] = {"optim.micro_batch_size": 4, "sampling.temperature": 0.5}
+    config.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    settings, overrides, changes = arm_configs(config, out)["grpo_n4_m4"]
+    assert "seed=7" in overrides and changes == "optim.micro_batch_size=4, sampling.temperature=0.5"
+
+    # a warm start that is not built yet stops before anything runs (unless the model is not needed)
+    experiment["warm_start"] = {"enabled": True, "name": "not-built-yet"}
+    config.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    with pytest.raises(PodsBenchError) as error:
+        arm_configs(config, out)
+    # the same folder twice: the one missing and the one to build
+    assert re.fullmatch(
+        r"the warm-started model (\S+/not-built-yet) does not exist yet: run `pods-bench pretrain --out \1`",
+        str(error.value),
+    )
+    assert len(arm_configs(config, out, check_model=False)) == 4
+
+    experiment["warm_start"] = {"enabled": False}
+    experiment["hardware"] = "cpu_ddp"
+    config.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    with pytest.raises(PodsBenchError) as error:
+        arm_configs(config, out)
+    assert str(error.value) == "pods-bench profile times one process; choose a one-process hardware setup"
+
+    # bad arguments stop before any arm is trained
+    experiment["hardware"] = "cpu"
+    config.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    with pytest.raises(PodsBenchError) as error:
+        profile(config, out, ["grpo_n4_m4", "nope"])
+    assert str(error.value) == (
+        f"--fit: no arm 'nope' in {config}; choose from grpo_n4_m4, pods_n8_m2, grpo_n8_m8, grpo_n4_m4_new4"
+    )
+    for steps, rounds in [(1, 2), (0, 0)]:
+        with pytest.raises(PodsBenchError) as error:
+            profile(config, out, None, steps, rounds)
+        assert str(error.value) == f"--steps ({steps}) must be >= --rounds ({rounds}) >= 1"
+    assert not (out / "runs").exists()
