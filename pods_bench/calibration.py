@@ -162,12 +162,12 @@ def resolve_budget(
 
 def write_calibration(out: Path, settings: dict, calibration: dict) -> None:
     """--out/train.yaml (the shared settings with the calibrated budget) and --out/calibration.json."""
+    c = calibration
     budget = {
         **settings.get("budget", {}),
-        "max_train_time_s": calibration["budget_s"],
-        "checkpoint_every_s": calibration["checkpoint_every_s"],
+        "max_train_time_s": c["budget_s"],
+        "checkpoint_every_s": c["checkpoint_every_s"],
     }
-    c = calibration
     header = (
         f"# {CALIBRATED_CONFIG}: the shared trainer settings with the budget of {c['steps']} steps of {c['arm']}\n"
         f"# at {c['seconds_per_step']:.3f} s/step on this machine, {c['side_by_side']} run(s) side by side "

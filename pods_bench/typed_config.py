@@ -133,8 +133,10 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 def _type_schema(tp) -> dict:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any or tp is dict:
-        return {"type": "object"} if tp is dict else {}
+    if tp is Any:
+        return {}
+    if tp is dict:
+        return {"type": "object"}
     if origin in (typing.Union, types.UnionType) and type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
         if is_dataclass_type(inner):  # null first: filling in defaults descends into the first branch that fits
