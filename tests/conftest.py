@@ -39,6 +39,7 @@ def smoke_model_dir(tmp_path_factory) -> Path:
     `arith` task with a smaller model (hidden 64, 2 layers) than the smoke recipe's and no
     randomised-answer phase, so that it learns the task in ~30-40 s (sampled accuracy 0.3-0.5).
     Its settings are in `<dir>/pretrain.json`."""
+    from pods_bench.io import locked
     from pods_bench.models import TinyModelConfig
     from pods_bench.pretrain import PretrainConfig, pretrain
 
@@ -52,8 +53,48 @@ def smoke_model_dir(tmp_path_factory) -> Path:
         # on a 2-core machine; alone, one thread is only ~1.5-2x slower.
         threads=1,
     )
-    folder, _ = pretrain(cfg, tmp_path_factory.mktemp("smoke_model") / "arith-tiny", show_progress=False)
+    # `make test` splits the suite over two processes (pytest-xdist): the first to get here builds the
+    # model in the folder they share, the other waits on the lock and reuses it (same settings hash)
+    with locked(run_wide_tmp(tmp_path_factory) / "smoke_model.lock"):
+        folder, _ = pretrain(cfg, run_wide_tmp(tmp_path_factory) / "smoke_model" / "arith-tiny", show_progress=False)
     return folder
+
+
+# The warm start the shortened workflow tests name (warm_start: {name: arith-tiny-test, steps: 60}),
+# pretraining seed 0: what the workflow's warm_start rule builds for them.
+TEST_WARM_START = {"name": "arith-tiny-test", "steps": 60}
+
+
+@pytest.fixture(scope="session")
+def warm_start_seed0(tmp_path_factory) -> Path:
+    """The workflow tests' warm start (TEST_WARM_START, seed 0), built once per test run as the
+    workflow's `pods-bench pretrain --steps 60 --seed 0` builds it. A test puts it in its workdir
+    (`place_warm_start`) where building it again would only repeat work: Snakemake then takes the
+    folder as made. The strategies test (its second warm start) and the SLURM test still build theirs
+    through the workflow."""
+    from dataclasses import replace
+
+    from pods_bench.io import locked
+    from pods_bench.pretrain import PretrainConfig, pretrain
+
+    cfg = replace(PretrainConfig(), steps=TEST_WARM_START["steps"], seed=0)
+    with locked(run_wide_tmp(tmp_path_factory) / "warm_start_seed0.lock"):
+        folder, _ = pretrain(cfg, run_wide_tmp(tmp_path_factory) / "warm_start" / "seed0", show_progress=False)
+    return folder
+
+
+def place_warm_start(folder: Path, workdir: Path) -> Path:
+    """Copy the built warm start where the workflow in `workdir` looks for it."""
+    import shutil
+
+    return Path(shutil.copytree(folder, workdir / "results" / "warm_start" / TEST_WARM_START["name"]))
+
+
+def run_wide_tmp(tmp_path_factory) -> Path:
+    """A temporary folder shared by every process of this test run: under pytest-xdist each worker has
+    its own base folder inside the run's, otherwise the base folder itself."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 # --- no leaked processes -------------------------------------------------------------------------

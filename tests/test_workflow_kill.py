@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 
 from pods_bench.io import read_jsonl
+from tests.conftest import TEST_WARM_START, place_warm_start
 from tests.processes import kill_tree
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT, SNAKEFILE, snakemake
 from tests.test_workflow_run import check_success, write_yaml
@@ -41,7 +42,7 @@ SHORT_STEPS_SMOKE = {
     # one seed: two training jobs, which the two cores run side by side; PODS's (the cheaper steps)
     # ends first, so the first kill finds one job finished and the other under way
     "seeds": [0],
-    "warm_start": {"name": "arith-tiny-test", "steps": 60},
+    "warm_start": TEST_WARM_START,  # built once for the test run, given to both workflows
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2, "checkpoint_every_s": 3600},
         "eval": {"n_problems": 20, "inline": False},  # the separate evaluation job is under test too
@@ -126,11 +127,13 @@ def unlock(workdir, configs: list[str]) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
 
 
-def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_results(tmp_path, data_dir):
+def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_results(
+    tmp_path, data_dir, warm_start_seed0
+):
     env = {"PODS_BENCH_DATA_DIR": str(data_dir)}
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    reference.mkdir()
-    killed.mkdir()
+    for workdir in (reference, killed):
+        place_warm_start(warm_start_seed0, workdir)
     configs = ["--configfile", str(CONFIG_DIR / "smoke.yaml"), write_yaml(tmp_path / "short.yaml", SHORT_STEPS_SMOKE)]
     # the documented command, on 2 cores whatever the machine: two jobs at a time, as the kills expect
     command = ["--profile", PROFILE, "--cores", "2", *configs]

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from pods_bench.io import read_jsonl
+from tests.conftest import TEST_WARM_START, place_warm_start
 from tests.test_workflow import CONFIG_DIR, snakemake
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,7 @@ TINY_MODEL = {
 # The smoke replication with two seeds, a short warm start and a few seconds of training per run.
 SHORT_SMOKE = {
     "seeds": [0, 1],
-    "warm_start": {"name": "arith-tiny-test", "steps": 60},
+    "warm_start": TEST_WARM_START,
     "budget_in_baseline_steps": {"steps": 3, "checkpoints": 2, "timed_steps": 1},
     "train": {"eval": {"n_problems": 20}},
 }
@@ -116,8 +117,9 @@ def check_seeds_ran_side_by_side(runs: Path, arms: list[str], seeds: list[int], 
             assert min(started) >= done - 1.0, seed  # started_at is kept to the second
 
 
-def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
+def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir, warm_start_seed0):
     configs = ["--configfile", str(CONFIG_DIR / "smoke.yaml"), write_yaml(tmp_path / "short.yaml", SHORT_SMOKE)]
+    place_warm_start(warm_start_seed0, tmp_path)  # pretraining through the workflow: the strategies test
     out = snakemake(tmp_path, "--cores", "2", *configs, env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=900)
     check_success(out, "smoke")
     # progress: snakemake's own count and the trainer's bar (training clock, reward), both on the console
@@ -126,7 +128,7 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
     exp = tmp_path / "results" / "smoke"
     runs = sorted(p.relative_to(exp / "runs").as_posix() for p in (exp / "runs").glob("*/seed*"))
     assert runs == ["grpo_n16_m16/seed0", "grpo_n16_m16/seed1", "pods_n16_m8/seed0", "pods_n16_m8/seed1"]
-    assert (tmp_path / "results" / "warm_start" / "arith-tiny-test" / "pretrain.json").is_file()
+    assert not (tmp_path / "results" / "warm_start" / "logs").exists()  # the warm start given was used
     # evaluated inside the training jobs (no evaluate job): every checkpoint has its records
     check_seeds_ran_side_by_side(exp / "runs", ["grpo_n16_m16", "pods_n16_m8"], [0, 1], finished="train.done")
     for run in runs:
@@ -176,7 +178,7 @@ def test_smoke_replication_end_to_end_with_its_report(tmp_path, data_dir):
 # The allocation-strategy benchmark with one seed, a short warm start and two steps per run.
 SHORT_STRATEGIES = {
     "seeds": [0, 1],  # one from each of the two warm starts
-    "warm_start": {"name": "arith-tiny-test", "steps": 60},
+    "warm_start": TEST_WARM_START,
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 2, "checkpoint_every_s": 3600},
         "eval": {"n_problems": 10},
@@ -199,7 +201,7 @@ STRATEGY_ARMS_RUN = (
 )
 
 
-def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
+def test_strategies_benchmark_end_to_end(tmp_path, data_dir, warm_start_seed0):
     experiment = yaml.safe_load((CONFIG_DIR / "strategies.yaml").read_text())
     arms = {arm: experiment["arms"][arm] for arm in STRATEGY_ARMS_RUN}
     configs = [
@@ -207,8 +209,14 @@ def test_strategies_benchmark_end_to_end(tmp_path, data_dir):
         write_yaml(tmp_path / "strategies.yaml", {**experiment, "arms": arms}),
         write_yaml(tmp_path / "short.yaml", SHORT_STRATEGIES),
     ]
+    # the first warm start as built once for the test run; the second (pretraining seed 1) is built
+    # here by the workflow's warm_start rule
+    place_warm_start(warm_start_seed0, tmp_path)
     out = snakemake(tmp_path, "--cores", "2", *configs, env={"PODS_BENCH_DATA_DIR": str(data_dir)}, timeout=1200)
     check_success(out, "strategies")
+    assert [p.name for p in (tmp_path / "results" / "warm_start" / "logs").glob("*.log")] == [
+        "arith-tiny-test-seed1.log"
+    ]
 
     exp = tmp_path / "results" / "strategies"
     for arm, spec in arms.items():
