@@ -154,6 +154,19 @@ def test_the_caption_says_no_cis_without_resampling_and_how_a_calibrated_budget_
     ) in caption(plain)
 
 
+def test_a_metric_without_a_binomial_se_gets_no_noise_sentence_in_the_caption():
+    """A length (20 .. 70 tokens) has no binomial SE at T: the caption ends with its own last sentence."""
+    exp = hand_experiment({"grpo": {seed: [0.2] * 6 for seed in range(2)}})
+    evals = exp.evals.copy()
+    length = evals["metric"] == "format_acc"
+    evals.loc[length, "metric"] = "mean_length"
+    evals.loc[length, "value"] = 20.0 + evals.loc[length, "step"]  # step = 10 k: 20, 30, .. 70
+    summary = summarize(
+        replace(exp, evals=evals), AnalysisOptions(metric="mean_length", n_bootstrap=0), progress=False
+    )
+    assert caption(summary).endswith("Mean acc. over budget: area under the curve / grpo's budget.")
+
+
 def test_an_experiment_of_the_baseline_alone_gets_its_caption_and_table():
     """One arm: one row of speedups, which the caption reads its threshold and times from."""
     exp = hand_experiment({"grpo": {seed: CURVES["grpo"] for seed in range(2)}})
@@ -389,19 +402,26 @@ def test_curve_table_is_sorted_by_benchmark_metric_arm_in_display_order_and_time
 
 # --- summarize: the options reach every table -----------------------------------------------------
 
-VARIED = {  # four seeds that differ, so that a resample's seed shows in the intervals
-    "grpo": {0: [0.2, 0.4, 0.6, 0.8, 0.9, 0.9], 1: [0.2, 0.5, 0.7, 0.85, 0.9, 0.88],
-             2: [0.1, 0.3, 0.6, 0.7, 0.8, 0.85], 3: [0.2, 0.4, 0.5, 0.8, 0.85, 0.9]},
-    "pods": {0: [0.2, 0.6, 0.9, 0.9, 0.9, 0.9], 1: [0.2, 0.5, 0.8, 0.9, 0.85, 0.9],
-             2: [0.1, 0.7, 0.8, 0.85, 0.9, 0.9], 3: [0.2, 0.6, 0.7, 0.9, 0.9, 0.9]},
-}  # fmt: skip
+
+def varied_curves(n_seeds: int = 8) -> dict[str, dict[int, list[float]]]:
+    """CURVES' grpo and pods with each seed's checkpoints after the start moved by its own draw in +-0.05: seeds
+    that differ, so that the resamples' seed shows in the intervals."""
+    rng = np.random.default_rng(0)
+    return {
+        arm: {
+            seed: [values[0], *(np.array(values[1:]) + rng.uniform(-0.05, 0.05, 5)).round(3)]
+            for seed in range(n_seeds)
+        }
+        for arm, values in CURVES.items()
+    }
 
 
 def test_summarize_hands_every_option_to_the_speedups_the_mlperf_and_the_robustness_tables():
     """Options that differ from every default (the experiment's default benchmark and metric are the other
     ones here): the summary's tables are the comparisons called with exactly these."""
-    exp = hand_experiment(VARIED, extra_benchmark=True)
-    starts = [(arm, seed, "start-a" if seed < 2 else "start-b") for arm in VARIED for seed in VARIED[arm]]
+    curves = varied_curves()
+    exp = hand_experiment(curves, extra_benchmark=True)
+    starts = [(arm, seed, "start-a" if seed < 4 else "start-b") for arm in curves for seed in curves[arm]]
     exp = replace(
         exp,
         default_benchmark="other",
@@ -418,8 +438,8 @@ def test_summarize_hands_every_option_to_the_speedups_the_mlperf_and_the_robustn
     )
     speedups = compare_arms(exp, "grpo", "arith", "answer_acc", q=0.9, n_bootstrap=50, seed=3, progress=False)
     pd.testing.assert_frame_equal(summary.speedups, speedups)
-    # q x grpo's peak, its mean curve's last checkpoint: (0.9 + 0.88 + 0.85 + 0.9) / 4 = 0.8825
-    assert summary.speedups["threshold"].iloc[0] == pytest.approx(0.9 * 0.8825)
+    peak = np.mean(list(curves["grpo"].values()), axis=0)[1:].max()  # the mean curve's highest after the start
+    assert summary.speedups["threshold"].iloc[0] == pytest.approx(0.9 * peak)  # q x grpo's peak
     assert summary.speedups["speedup_ci_low"].iloc[1] < summary.speedups["speedup_ci_high"].iloc[1]  # seeds differ
     pd.testing.assert_frame_equal(summary.mlperf, mlperf_table(exp, "grpo", "arith", "answer_acc", 0.8, 50, 3))
     pd.testing.assert_frame_equal(summary.robustness, robustness_table(exp, speedups, 50, 3))
