@@ -32,7 +32,11 @@ MODULES = {
     # mutant); the mutation run uses the calibration's arithmetic and files, tested without training
     "pods_bench/calibration.py": ["tests/test_calibration_budget.py"],
     "pods_bench/analysis/speedup.py": ["tests/test_analysis_speedup.py"],
-    "pods_bench/analysis/tables.py": ["tests/test_analysis_runs.py", "tests/test_time_to_target.py"],
+    "pods_bench/analysis/tables.py": [
+        "tests/test_analysis_tables.py",
+        "tests/test_analysis_runs.py",
+        "tests/test_time_to_target.py",
+    ],
     "pods_bench/allocation/*": ["tests/test_allocation.py"],
     "pods_bench/planning/profile.py": ["tests/test_planning_cli.py"],
     "pods_bench/sharding.py": ["tests/test_fsdp_gradients.py", "tests/test_sharded_optimizer.py"],

@@ -375,8 +375,13 @@ def caption(summary: Summary) -> str:
     return text
 
 
+def _markdown(table: pd.DataFrame) -> str:
+    # the cells are formatted already: left to parse them, tabulate prints "90.0" as 90 and "1,280.0" as 1280
+    return table.to_markdown(index=False, disable_numparse=True)
+
+
 def markdown_table(summary: Summary) -> str:
-    return f"{caption(summary)}\n\n{_display_table(summary, latex=False).to_markdown(index=False)}\n"
+    return f"{caption(summary)}\n\n{_markdown(_display_table(summary, latex=False))}\n"
 
 
 COST_UNITS = {"rollouts": "rollouts", "tokens": "completion tokens", "flops": "FLOPs"}
@@ -419,7 +424,7 @@ def cost_markdown(summary: Summary) -> str:
             }
             for _, r in block.iterrows()
         ]
-        parts.append(f"### {COST_UNITS[axis]}\n\n{pd.DataFrame(rows).to_markdown(index=False)}")
+        parts.append(f"### {COST_UNITS[axis]}\n\n{_markdown(pd.DataFrame(rows))}")
     return "\n\n".join(parts) + "\n" + waste_markdown(summary)
 
 
@@ -451,7 +456,7 @@ def waste_markdown(summary: Summary) -> str:
         "verl name them: generation batches (verl's num_gen_batches), rollouts generated but not trained "
         "(PODS's n - m per group, discarded groups, uncommitted pilots), the share of groups whose n rewards "
         "are all equal (TRL's frac_reward_zero_std), and the groups rolled out but not trained, by reason "
-        "(docs/results-format.md).\n\n" + pd.DataFrame(rows).to_markdown(index=False) + "\n"
+        "(docs/results-format.md).\n\n" + _markdown(pd.DataFrame(rows)) + "\n"
     )
 
 
@@ -503,6 +508,6 @@ def mlperf_markdown(summary: Summary) -> str:
         "the target plus every evaluation up to it (MLPerf keeps evaluation on the clock); a run that never "
         "reaches the target counts as the slowest, and more than one such run invalidates the arm's result. IQM: the interquartile mean of the runs' times, "
         'percentile-bootstrap interval over runs ("never": an infinite time inside it).\n\n'
-        + pd.DataFrame(rows).to_markdown(index=False)
+        + _markdown(pd.DataFrame(rows))
         + "\n"
     )
