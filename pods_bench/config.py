@@ -9,12 +9,17 @@ Each section checks its own fields in `__post_init__`, wherever it is built (a c
 code); `validate` adds what no one section can see: checks across sections, the registries (selection
 rules, engines, tasks, prompt styles: their modules import torch and the tasks), and that a budget is
 set (the default leaves it open, so that a `TrainConfig()` can be built in code).
+
+A plugin's own section (allocation.<strategy>, selection.<rule>, engine.options) is kept as the
+mapping given and typed by the settings dataclass its registry holds when `validate` runs
+(plugins.Registry.typed_settings); this module imports no registry when it loads, and no plugin
+imports it: each gets its typed settings and the few shared values it needs (allocation.make_allocator,
+engines.make_engine). run.json records the sections as given, the chosen strategy's and rule's in full.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import types
 import typing
 from dataclasses import asdict, dataclass, field
@@ -24,13 +29,13 @@ from typing import Any, Literal
 
 import yaml
 
-from pods_bench.allocation import ALLOCATION_STRATEGIES
-from pods_bench.engines.base import SamplingConfig, check_distribution  # sampling.seed: None -> derived from `seed`
 from pods_bench.errors import PodsBenchError, require
 from pods_bench.layout import ExperimentLayout
 from pods_bench.models import TinyModelConfig
-from pods_bench.plugins import with_sections
+from pods_bench.plugins import PluginChoice
 from pods_bench.rewards import RewardConfig
+from pods_bench.sampling_config import SamplingConfig, check_distribution  # sampling.seed: None -> derived from `seed`
+from pods_bench.selection_config import SelectionConfig
 from pods_bench.typed_config import is_dataclass_type, section_from_dict, unknown_key
 
 
@@ -99,77 +104,16 @@ class EngineConfig:
 
 
 @dataclass
-class SelectionChoice:
-    """Which of each group's rollouts train (pods_bench/selection.py), and their advantages."""
-
-    rule: str = "max_variance"  # a key of pods_bench.selection.SELECTION_RULES; "all" with m == n is GRPO
-    n: int = 16  # rollouts generated per group (per prompt unless groups_per_prompt > 1)
-    m: int = 4  # rollouts trained on per group
-    # independent groups of n rollouts per prompt, each selected n -> m and normalised on its own
-    # (the paper's 8-GPU runs: gradient accumulation over G groups of the same prompt); n and m are
-    # per group, so a step samples P x G x n rollouts and trains on P x G x m
-    groups_per_prompt: int = 1
-    filter_uniform_groups: bool = False  # DAPO: drop prompts whose n rewards are all equal
-    scale_advantage_by_std: bool = True  # GRPO's (r - mean) / (std + eps); False: r - mean (Dr. GRPO)
-    # advantages normalised over the kept m (PODS), or over all n of the group and left as they are
-    # for the kept ones (CPPO: lzhxmu/CPPO@52faeb3 prunes after computing them over the whole group)
-    advantage_over: Literal["kept", "all"] = "kept"
-    # "group": m of each group's n (every rule); "batch": CPPO's batch-level pruning, the groups x m
-    # rollouts of this process's batch with the largest |advantage| (rule max_abs_advantage, advantage_over all)
-    scope: Literal["group", "batch"] = "group"
-
-    def __post_init__(self):
-        require(
-            self.n >= 2,
-            f"config key selection.n must be >= 2 (advantages compare rollouts of one prompt), got {self.n}",
-        )
-        require(
-            self.groups_per_prompt >= 1,
-            f"config key selection.groups_per_prompt must be >= 1, got {self.groups_per_prompt}",
-        )
-        require(self.m <= self.n, f"config key selection.m ({self.m}) must be <= selection.n ({self.n})")
-        require(
-            self.m >= 2,
-            f"config key selection.m must be >= 2 (advantages are normalised over the m kept), got {self.m}",
-        )
-
-
-@dataclass
-class AllocationChoice:
+class AllocationConfig(PluginChoice):
     """Which prompts get how many rollouts (pods_bench/allocation/); the selection rule then decides
-    which of a group's rollouts train."""
+    which of a group's rollouts train. A strategy's own settings are the section
+    allocation.<strategy>, kept here as given (`sections`) and typed by the strategy's settings
+    dataclass when the config is checked and when the strategy starts
+    (`ALLOCATION_STRATEGIES.typed_settings(cfg.allocation)`, pods_bench/plugins.py)."""
 
+    choice_field = "strategy"
     strategy: str = "uniform"  # a key of ALLOCATION_STRATEGIES
-
-
-# --- sections typed by the registries: allocation.<strategy>, selection.<rule> ---------------------
-# AllocationConfig is AllocationChoice plus a section for every registered strategy with settings,
-# typed by the strategy's own dataclass (plugins.with_sections); SelectionConfig likewise for the
-# selection rules. The classes are rebuilt whenever a plugin registers (a test's toy, a user's module
-# imported before the config is read): TrainConfig's annotations and default factories look them up
-# by name. The selection rules' registry lives in selection.py, which loads torch: it is followed
-# from the first config load on (`_follow_the_selection_rules`), not at import.
-
-AllocationConfig = AllocationChoice
-SelectionConfig = SelectionChoice
-
-
-def _follow(registry, name: str, base: type) -> None:
-    def rebuild() -> None:
-        globals()[name] = with_sections(name, base, registry, __name__)
-
-    rebuild()
-    registry.on_register(rebuild)
-
-
-_follow(ALLOCATION_STRATEGIES, "AllocationConfig", AllocationChoice)
-
-
-@functools.cache
-def _follow_the_selection_rules() -> None:
-    from pods_bench.selection import SELECTION_RULES
-
-    _follow(SELECTION_RULES, "SelectionConfig", SelectionChoice)
+    sections: dict[str, Any] = field(default_factory=dict)  # strategy -> its section, as given
 
 
 @dataclass
@@ -274,7 +218,7 @@ class EvalConfig:
     repeats: int = 1
     temperature: float = 0.9  # 0: greedy
     top_p: float = 1.0
-    top_k: int = 0  # 0: none; like every sampling parameter, set explicitly (engines/base.py SamplingConfig)
+    top_k: int = 0  # 0: none; like every sampling parameter, set explicitly (pods_bench/sampling_config.py)
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     max_new_tokens: int = 1024
@@ -310,8 +254,8 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(max_new_tokens=1024))
-    allocation: AllocationConfig = field(default_factory=lambda: AllocationConfig())
-    selection: SelectionConfig = field(default_factory=lambda: SelectionConfig())
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -333,7 +277,21 @@ class TrainConfig:
         return Path(self.output_dir)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The config as run.json records it: every field, the allocation strategy's and selection
+        rule's sections as given, the chosen strategy's and rule's in full (their settings typed)."""
+        from pods_bench.allocation import ALLOCATION_STRATEGIES
+        from pods_bench.selection import SELECTION_RULES
+
+        data = asdict(self)
+        for key, registry in [("allocation", ALLOCATION_STRATEGIES), ("selection", SELECTION_RULES)]:
+            section = getattr(self, key)
+            data[key] = section.as_config_dict({section.chosen(): _typed_or_none(registry, section)})
+        return data
+
+
+def _typed_or_none(registry, section: PluginChoice):
+    """The chosen plugin's typed settings, or None where it is not registered (the config was not checked)."""
+    return registry.typed_settings(section) if section.chosen() in registry else None
 
 
 # --- dotted keys (`--set selection.n=64`, run.json comparisons) -----------------------------------
@@ -351,17 +309,32 @@ def flatten(data: dict, prefix: str = "") -> dict:
 
 
 def _field_type(path: str):
-    """The declared type of dotted config key `path`."""
+    """The declared type of dotted config key `path` (a plugin's section: its settings dataclass)."""
     cls, tp = TrainConfig, TrainConfig
     parts = path.split(".")
     for i, part in enumerate(parts):
         if not is_dataclass_type(cls):
             raise PodsBenchError(f"unknown config key {path}")
         hints = typing.get_type_hints(cls)
+        if issubclass(cls, PluginChoice) and (part not in hints or part == "sections"):
+            tp = cls = _plugin_settings_type(cls, ".".join(parts[: i + 1]))
+            continue
         if part not in hints:
             raise unknown_key(cls, part, ".".join(parts[:i]) + "." if i else "")
         tp = cls = hints[part]
     return tp
+
+
+def _plugin_settings_type(cls, key: str):
+    """The settings dataclass of the plugin whose section of `cls` is `key` (allocation.vigor)."""
+    from pods_bench.allocation import ALLOCATION_STRATEGIES
+    from pods_bench.selection import SELECTION_RULES
+
+    section, name = key.split(".")
+    registry = {"allocation": ALLOCATION_STRATEGIES, "selection": SELECTION_RULES}[section]
+    if name not in registry.settings():
+        raise registry.unknown_section(name, cls.own_fields())
+    return registry.settings()[name]
 
 
 def _parse_override(item: str) -> tuple[list[str], Any]:
@@ -393,7 +366,6 @@ def _set_nested(data: dict, path: list[str], value) -> None:
 
 def config_from_dict(data: dict, overrides: list[str] = ()) -> TrainConfig:
     """A validated TrainConfig from plain data (a YAML file's content, or run.json's "config")."""
-    _follow_the_selection_rules()
     data = copy.deepcopy(dict(data or {}))  # overrides must not reach into the caller's dicts
     for item in overrides:
         path, value = _parse_override(item)
@@ -441,8 +413,9 @@ def validate(cfg: TrainConfig) -> None:
         s.rule in SELECTION_RULES,
         f"config key selection.rule: unknown rule {s.rule!r}; choose from {', '.join(SELECTION_RULES)}",
     )
+    settings = check_sections(s, SELECTION_RULES)
     try:  # the rule's own constraints (e.g. "all" needs m == n)
-        select(s.rule, torch.zeros(1, s.n), s.m, settings=getattr(s, s.rule, None))
+        select(s.rule, torch.zeros(1, s.n), s.m, settings=settings)
     except PodsBenchError as e:
         raise PodsBenchError(f"config key selection.m: {e}") from None
     if s.scope == "batch":
@@ -513,13 +486,25 @@ def check_fsdp(cfg: TrainConfig) -> None:
     )
 
 
+def check_sections(section: PluginChoice, registry):
+    """Every plugin section given (allocation.<strategy>, selection.<rule>) is a registered plugin's
+    and types as its settings (one-line errors naming the key); the chosen plugin's typed settings."""
+    for name in section.sections:
+        registry.typed_settings(section, name)
+    return _typed_or_none(registry, section)
+
+
 def check_allocation(cfg: TrainConfig) -> None:
-    """The allocation strategy exists and fits the other sections (the strategy's own `check_config`)."""
+    """The allocation strategy exists, its sections type, and it fits the other sections (the
+    strategy's own `check_config`, given its settings and the step's shape)."""
+    from pods_bench.allocation import ALLOCATION_STRATEGIES, step_shape
+
     ALLOCATION_STRATEGIES.check(cfg.allocation.strategy)
+    settings = check_sections(cfg.allocation, ALLOCATION_STRATEGIES)
     strategy = ALLOCATION_STRATEGIES[cfg.allocation.strategy]
     require(
         strategy.groups_per_prompt or cfg.selection.groups_per_prompt == 1,
         f"config key selection.groups_per_prompt: allocation strategy {cfg.allocation.strategy!r} samples one "
         "group per prompt",
     )
-    strategy.check_config(cfg)
+    strategy.check_config(settings, step_shape(cfg))

@@ -30,7 +30,7 @@ def sample_pass_counts(cfg, prompts: int, rollouts: int, batch: int = 16, progre
 
     policy, tokenizer = ckpt.load_policy(cfg)
     policy.eval()
-    problems, texts, _ = load_training_prompts(cfg, tokenizer)
+    problems, texts, _ = load_training_prompts(cfg.task, cfg.data_dir, tokenizer)
     count = min(prompts, len(problems))
     engine = make_engine(cfg, policy, tokenizer)
     rows = []

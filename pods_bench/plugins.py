@@ -1,14 +1,18 @@
 """Registries of plugins that bring their own settings: a plugin registers itself in its own module,
-with the dataclass of its config section, and the config is typed from the registry.
+with the dataclass of its settings, and receives them typed; the config keeps what was given.
 
     STRATEGIES = Registry("allocation strategy", "allocation.strategy")
 
     @STRATEGIES.register("greso", settings=GresoConfig)   # config section allocation.greso
     class Greso(AllocationStrategy): ...
 
-A registry is a read-only mapping name -> plugin. Listeners (`on_register`) hear of every change,
-so a config section built from the registry (`with_sections`) can follow a plugin registered later
-(from a test file, or a user's module imported before the config is read).
+A registry is a read-only mapping name -> plugin. A config section that chooses one plugin
+(`PluginChoice`: allocation.strategy, selection.rule) keeps the plugins' own sections as the plain
+mappings given (allocation.greso: {...}); `Registry.typed_settings` builds a plugin's settings
+dataclass from its mapping (typed, checked, one-line errors naming the key) when the config is
+checked and when the plugin starts. Nothing is rebuilt when a plugin registers, so a plugin
+registered later (from a test file, or a user's module imported before the config is read) is
+typed like a built-in one.
 
 The registries: allocation strategies (pods_bench/allocation/base.py, sections allocation.<name>),
 selection rules (pods_bench/selection.py, sections selection.<name>) and rollout engines
@@ -18,10 +22,12 @@ selection rules (pods_bench/selection.py, sections selection.<name>) and rollout
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+import difflib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pods_bench.errors import PodsBenchError
+from pods_bench.typed_config import section_from_dict, typed_fields
 
 
 class Registry(Mapping):
@@ -31,7 +37,6 @@ class Registry(Mapping):
         self.kind, self.config_key = kind, config_key
         self._plugins: dict[str, Any] = {}
         self._settings: dict[str, type] = {}
-        self._listeners: list[Callable[[], None]] = []
 
     def register(self, name: str, settings: type | None = None):
         """Decorator: `plugin` under `name`; `settings` types its config section."""
@@ -42,8 +47,6 @@ class Registry(Mapping):
             self._plugins[name] = plugin
             if settings is not None:
                 self._settings[name] = settings
-            for listener in self._listeners:
-                listener()
             return plugin
 
         return add
@@ -52,15 +55,32 @@ class Registry(Mapping):
         """Remove plugin `name` (a test's toy, once the test is done)."""
         del self._plugins[name]
         self._settings.pop(name, None)
-        for listener in self._listeners:
-            listener()
 
     def settings(self) -> dict[str, type]:
         """name -> settings dataclass, for the plugins that have one (registration order)."""
         return dict(self._settings)
 
-    def on_register(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
+    def typed_settings(self, choice: PluginChoice, name: str | None = None):
+        """The settings of plugin `name` (default: the one `choice` chooses) from the config section
+        `choice`: its settings dataclass built from the mapping given under <section>.<name> (the
+        dataclass's defaults where nothing was), or None for a plugin without settings. A section
+        given for no plugin with settings is a one-line error naming its key."""
+        name = choice.chosen() if name is None else name
+        given = choice.sections.get(name)
+        cls = self._settings.get(name)
+        if cls is None:
+            if name in choice.sections:
+                raise self.unknown_section(name, choice.own_fields())
+            return None
+        return section_from_dict(cls, given, f"{self.config_key.rsplit('.', 1)[0]}.{name}")
+
+    def unknown_section(self, name: str, also: tuple[str, ...] = ()) -> PodsBenchError:
+        """The one-line error for a config section <section>.<name> that no plugin's settings type
+        (the closest plugin section, or key `also` of the section itself, as a hint)."""
+        section = self.config_key.rsplit(".", 1)[0]
+        close = difflib.get_close_matches(name, [*also, *self._settings], n=1)
+        hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+        return PodsBenchError(f"unknown config key {section}.{name}{hint}")
 
     def check(self, name: str) -> None:
         """A one-line error naming the config key when `name` is not registered."""
@@ -79,11 +99,50 @@ class Registry(Mapping):
         return len(self._plugins)
 
 
-def with_sections(name: str, base: type, registry: Registry, module: str) -> type:
-    """Dataclass `name`: `base` plus a field per plugin of `registry` that has settings, named after
-    the plugin and typed by its settings dataclass (default: the dataclass's defaults). It keeps
-    `base`'s docstring and checks (`__post_init__`); `module` is where it is published."""
-    sections = [(plugin, cls, dataclasses.field(default_factory=cls)) for plugin, cls in registry.settings().items()]
-    cls = dataclasses.make_dataclass(name, sections, bases=(base,), namespace={"__doc__": base.__doc__})
-    cls.__module__ = module  # (make_dataclass takes `module` only from Python 3.12 on)
-    return cls
+class PluginChoice:
+    """A config section (a dataclass) that chooses one plugin of a registry (its field named by
+    `choice_field`, e.g. `strategy`) and keeps the plugins' own sections, <section>.<plugin>, as the
+    mappings given, in its field `sections` (typed by `Registry.typed_settings`). In a config file
+    and in run.json they are keys of the section itself:
+
+        allocation: {strategy: vigor, vigor: {keep_share: 0.5}}
+    """
+
+    choice_field = "name"
+    sections: dict[str, Any]
+
+    def chosen(self) -> str:
+        """The name of the chosen plugin."""
+        return getattr(self, self.choice_field)
+
+    @classmethod
+    def own_fields(cls) -> tuple[str, ...]:
+        """The section's own keys (not plugins' sections)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "sections")
+
+    @classmethod
+    def from_config_dict(cls, data, key: str):
+        """The section from plain data: its own fields typed as usual, any other key a plugin's section."""
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise PodsBenchError(f"config key {key} must be a mapping, got {data!r}")
+        own = set(cls.own_fields())
+        sections = {str(k): v for k, v in data.items() if k not in own}
+        for name, value in sections.items():
+            if value is not None and not isinstance(value, dict):  # a plugin's section is a mapping
+                close = difflib.get_close_matches(name, cls.own_fields(), n=1)
+                hint = f" (did you mean {key}.{close[0]}?)" if close else ""
+                raise PodsBenchError(f"unknown config key {key}.{name}{hint}")
+        fields = {k: v for k, v in data.items() if k in own}
+        return typed_fields(cls, {**fields, "sections": sections}, key)
+
+    def as_config_dict(self, resolved: dict[str, Any] | None = None) -> dict:
+        """The section as a config file writes it: its own fields, then each plugin's section (as
+        given, or from `resolved`: name -> typed settings, e.g. the chosen plugin's in full)."""
+        data = dataclasses.asdict(self)
+        sections = {name: dict(value or {}) for name, value in data.pop("sections").items()}
+        for name, settings in (resolved or {}).items():
+            if settings is not None:
+                sections[name] = dataclasses.asdict(settings)
+        return {**data, **sections}

@@ -26,7 +26,7 @@ def check_same_run(run: dict, cfg: TrainConfig) -> None:
     as_flat = lambda c: flatten(json.loads(json.dumps(c.to_dict(), default=str)))
     old, new, defaults = flatten(run["config"]), as_flat(cfg), as_flat(TrainConfig())
     for key in sorted(set(old) | set(new)):
-        if key.startswith(RESUMABLE_CHANGES):
+        if key.startswith(RESUMABLE_CHANGES) or unused_plugin_setting(key, cfg):
             continue
         if key not in old and new.get(key) == defaults.get(key):
             continue  # a setting added to pods-bench since the run started, at its default value
@@ -35,6 +35,17 @@ def check_same_run(run: dict, cfg: TrainConfig) -> None:
                 f"{cfg.run_dir} holds a run with another config ({key}: {old.get(key)!r} there, "
                 f"{new.get(key)!r} now); choose another output_dir"
             )
+
+
+def unused_plugin_setting(key: str, cfg: TrainConfig) -> bool:
+    """Whether dotted `key` is a setting of an allocation strategy or selection rule the run does not
+    use: run.json records the chosen one's settings in full and the others' as given (a run.json
+    written before the sections were typed at check time holds every registered one's defaults)."""
+    parts = key.split(".")
+    for name, section in [("allocation", cfg.allocation), ("selection", cfg.selection)]:
+        if parts[0] == name and len(parts) > 2 and parts[1] not in (*section.own_fields(), section.chosen()):
+            return True
+    return False
 
 
 def where_to_start(cfg: TrainConfig) -> tuple[dict | None, Path | None]:

@@ -19,8 +19,9 @@ the processes (contiguous shares, or the process that holds a prompt's earlier r
 process then learns every group's rewards (`Graded`, all-gathered: a few numbers per group).
 Rollouts themselves stay on the process that sampled them: it trains on them.
 
-Imports flow one way: this module knows the config's types, the engines' and the grader's call
-signatures, and nothing of the trainer or the strategies.
+Imports flow one way: this module knows the engines' and the grader's call signatures and the
+values it is handed (the run seed, the sampling parameters, the grading mode, the task section),
+nothing of the config as a whole, the trainer or the strategies.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pods_bench.tasks.prompts import filter_by_prompt_length, render_prompts
 if TYPE_CHECKING:
     import torch
 
-    from pods_bench.config import TrainConfig
+    from pods_bench.sampling_config import SamplingConfig
 
 
 def derived_seed(*parts: int) -> int:
@@ -232,13 +233,17 @@ class RolloutSampler:
     training split, `engine` (generate(prompts, k, sampling) -> Rollouts, pods_bench/engines/),
     `flops` (pods_bench.flops.FlopsCounter: the generation FLOPs it counts; None: none),
     `grade` (texts, golds -> RewardBreakdown: pods_bench.rewards.RewardFunction), this process's
-    `rank` of `world`, and `device` for timing."""
+    `rank` of `world`, and `device` for timing. Of the config it gets the run `seed`, the `sampling`
+    parameters (sampling.seed None: the sampler's seeds derive from `seed`) and the `grading` mode
+    of the golds (reward.grading)."""
 
     def __init__(
         self,
-        cfg: TrainConfig,
         stream: PromptStream,
         *,
+        seed: int,
+        sampling: SamplingConfig,
+        grading: str,
         step: int,
         cursor: int,
         prompts: list[str],
@@ -250,7 +255,8 @@ class RolloutSampler:
         device: torch.device | None = None,
         flops: Any = None,
     ):
-        self.cfg, self.stream, self.step, self.cursor = cfg, stream, step, cursor
+        self.seed, self.sampling, self.grading = seed, sampling, grading
+        self.stream, self.step, self.cursor = stream, step, cursor
         self.prompts, self.problems, self.engine, self.grade = prompts, problems or [], engine, grade
         self.rank, self.world, self.device, self.flops = rank, world, device, flops
         self.times: dict[str, float] = {}  # the step's "gen" and "reward" seconds on this process
@@ -293,7 +299,7 @@ class RolloutSampler:
     def rng(self, *tag: int) -> np.random.Generator:
         """Random numbers for the strategy's decisions: derived from (seed, step, tag), so the same on
         every process and when a resumed run replays the step."""
-        return np.random.default_rng([self.cfg.seed, self.step, *tag])
+        return np.random.default_rng([self.seed, self.step, *tag])
 
     def shares(self, count: int) -> list[int]:
         """The process that samples each of `count` prompts when no one holds them yet: contiguous shares."""
@@ -307,11 +313,10 @@ class RolloutSampler:
         """k rollouts of each of `prompts` (the same list on every process), graded: (this process's
         Groups, every process's `Graded` in the order of `prompts`). Prompt i is sampled by process
         owners[i] (default: contiguous shares), `repeats` times as independent groups."""
-        cfg = self.cfg
         owners = self.shares(len(prompts)) if owners is None else owners
         mine = [i for i, owner in zip(prompts, owners) if owner == self.rank]
         groups = [i for i in mine for _ in range(repeats)]
-        base = cfg.sampling.seed if cfg.sampling.seed is not None else cfg.seed
+        base = self.sampling.seed if self.sampling.seed is not None else self.seed
         # the first call of a step keeps the seed a one-call step always had
         seed = (
             derived_seed(base, self.step, self.rank)
@@ -322,9 +327,11 @@ class RolloutSampler:
         local = Groups.empty()
         if groups:
             with timed(self.times, "gen", self.device):
-                rollouts = self.engine.generate([self.prompts[i] for i in groups], k, replace(cfg.sampling, seed=seed))
+                rollouts = self.engine.generate(
+                    [self.prompts[i] for i in groups], k, replace(self.sampling, seed=seed)
+                )
             with timed(self.times, "reward", self.device):
-                golds = gold_texts([self.problems[i] for i in groups], cfg.reward.grading)
+                golds = gold_texts([self.problems[i] for i in groups], self.grading)
                 texts = [t for group in rollouts.completion_text for t in group]
                 graded = self.grade(texts, [g for g in golds for _ in range(k)])
             local = Groups(
@@ -372,17 +379,17 @@ class RolloutSampler:
         return [x for part in parts for x in part]
 
 
-def load_training_prompts(cfg: TrainConfig, tokenizer):
-    """(problems, prompts, number dropped as too long) of the training split."""
-    problems = load_problems(cfg.task.name, cfg.task.split, data_dir=cfg.data_dir, limit=cfg.task.limit)
+def load_training_prompts(task, data_dir: str | None, tokenizer):
+    """(problems, prompts, number dropped as too long) of the training split of `task` (the config's
+    task section: name, split, limit, math_gold, max_prompt_tokens and the prompt's style), read
+    from `data_dir` (None: PODS_BENCH_DATA_DIR or the hub)."""
+    problems = load_problems(task.name, task.split, data_dir=data_dir, limit=task.limit)
     if not problems:
-        raise PodsBenchError(f"task {cfg.task.name!r} split {cfg.task.split!r} has no rows")
-    if cfg.task.math_gold == "released" and cfg.task.name == "math":  # exact replication of a known bug
+        raise PodsBenchError(f"task {task.name!r} split {task.split!r} has no rows")
+    if task.math_gold == "released" and task.name == "math":  # exact replication of a known bug
         problems = [replace(p, gold=released_math_gold(p.solution)) for p in problems]
-    prompts = render_prompts(problems, tokenizer, cfg.task)
-    kept, dropped = filter_by_prompt_length(prompts, tokenizer, cfg.task.max_prompt_tokens)
+    prompts = render_prompts(problems, tokenizer, task)
+    kept, dropped = filter_by_prompt_length(prompts, tokenizer, task.max_prompt_tokens)
     if not kept:
-        raise PodsBenchError(
-            f"no prompt of task {cfg.task.name!r} fits task.max_prompt_tokens={cfg.task.max_prompt_tokens}"
-        )
+        raise PodsBenchError(f"no prompt of task {task.name!r} fits task.max_prompt_tokens={task.max_prompt_tokens}")
     return [problems[i] for i in kept], [prompts[i] for i in kept], dropped

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +34,7 @@ from torch import Tensor
 
 from pods_bench.errors import PodsBenchError
 from pods_bench.plugins import Registry
-
-if TYPE_CHECKING:
-    from pods_bench.config import SelectionConfig
+from pods_bench.selection_config import SelectionConfig
 
 # rule(rewards (P, n) float, m, generator) -> indices (P, m) int64; a rule registered with settings
 # is called with its settings as a fourth argument, `settings`
@@ -281,7 +278,7 @@ def choose_uniform(rewards: Tensor, s: SelectionConfig, m: int, generator: torch
         rows, cols = flat // kept.shape[1], flat % kept.shape[1]
         advantages = over_all[rows, cols]
     else:
-        chosen = select(s.rule, kept, m, generator, getattr(s, s.rule, None))  # (kept groups, m)
+        chosen = select(s.rule, kept, m, generator, SELECTION_RULES.typed_settings(s))  # (kept groups, m)
         rows, cols = torch.arange(len(groups)).repeat_interleave(m), chosen.flatten()
         advantages = (
             over_all[rows, cols]

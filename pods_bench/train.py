@@ -298,7 +298,7 @@ def prepare_run(cfg: TrainConfig, accelerator, resume_from: Path | None) -> tupl
     """(run, prompts dropped as too long): model, optimizer and data, at the checkpoint's progress
     when resuming. Bad input fails here, before anything is written."""
     learner, tokenizer = make_learner(cfg, accelerator, resume_from)
-    problems, prompts, n_dropped = load_training_prompts(cfg, tokenizer)
+    problems, prompts, n_dropped = load_training_prompts(cfg.task, cfg.data_dir, tokenizer)
     # loaded even when evaluation comes later (`pods-bench evaluate`): missing benchmark data should
     # stop the run now, not after hours of training
     benchmarks = load_benchmarks(cfg, tokenizer) if accelerator.is_main_process else []
@@ -348,8 +348,10 @@ def train_step(run: Run, stream: PromptStream) -> StepRecord:
     # the sampler times generation and grading, the strategy's own bookkeeping counts as selection
     failpoint("gen")
     sampler = RolloutSampler(
-        cfg,
         stream,
+        seed=cfg.seed,
+        sampling=cfg.sampling,
+        grading=cfg.reward.grading,
         step=p.step,
         cursor=p.cursor,
         prompts=run.prompts,

@@ -90,9 +90,18 @@ def unknown_key(cls, key: str, prefix: str) -> PodsBenchError:
 
 
 def section_from_dict(cls, data, key: str = ""):
-    """A `cls` dataclass from plain `data`, typed and checked like the config section at `key`."""
+    """A `cls` dataclass from plain `data`, typed and checked like the config section at `key`. A
+    class with a reader of its own (`from_config_dict(data, key)`, plugins.PluginChoice) reads it."""
     if isinstance(data, cls):
         return data
+    reader = getattr(cls, "from_config_dict", None)
+    if reader is not None:
+        return reader(data, key)
+    return typed_fields(cls, data, key)
+
+
+def typed_fields(cls, data, key: str = ""):
+    """`section_from_dict` without a class's own reader: every key of `data` a field of `cls`."""
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -31,7 +31,15 @@ class ScriptedSampler(RolloutSampler):
 
     def __init__(self, cfg, rates: dict[int, float], step: int = 0, cursor: int = 0):
         stream = PromptStream(NUM_PROMPTS, cfg.seed)
-        super().__init__(cfg, stream, step=step, cursor=cursor, prompts=["?"] * NUM_PROMPTS)
+        super().__init__(
+            stream,
+            seed=cfg.seed,
+            sampling=cfg.sampling,
+            grading=cfg.reward.grading,
+            step=step,
+            cursor=cursor,
+            prompts=["?"] * NUM_PROMPTS,
+        )
         self.rates, self.calls_made = rates, []
 
     def sample(self, prompts, k, owners=None, repeats=1):
@@ -286,16 +294,16 @@ def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
 
     # the next step commits the one left at once: its pilot is one step old
     left, cursor = list(pc.buffer)[0], sampler.cursor
-    pc.settings = make_cfg(
-        "pilot_commit", P=2, pilot_prompts=3, max_rounds=1, when_short="train"
-    ).allocation.pilot_commit
+    pc.settings = ALLOCATION_STRATEGIES.typed_settings(
+        make_cfg("pilot_commit", P=2, pilot_prompts=3, max_rounds=1, when_short="train").allocation
+    )
     batch, stats = pc.collect(ScriptedSampler(cfg, rates, step=1, cursor=cursor))
     assert batch.prompt == [left] and stats["commit_age_mean"] == 1.0 and stats["num_gen_batches"] == 1
 
     # an evicted prompt is never piloted again, though the next epoch's order holds it
-    pc.settings = make_cfg(
-        "pilot_commit", P=2, pilot_prompts=3, max_rounds=3, when_short="train"
-    ).allocation.pilot_commit
+    pc.settings = ALLOCATION_STRATEGIES.typed_settings(
+        make_cfg("pilot_commit", P=2, pilot_prompts=3, max_rounds=3, when_short="train").allocation
+    )
     sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0), step=2, cursor=NUM_PROMPTS)
     pc.collect(sampler)
     piloted = [p for prompts, k in sampler.calls_made if k == 2 for p in prompts]

@@ -60,6 +60,44 @@ def test_resolved_config_round_trips_through_json():
     assert again == cfg and isinstance(again, TrainConfig)
 
 
+def test_a_strategy_section_is_kept_as_given_typed_when_checked_and_recorded_in_full():
+    """allocation.<strategy> is the mapping given (YAML or --set alike), typed by the registry's settings
+    dataclass when the config is checked; run.json holds the chosen strategy's settings in full and
+    the other sections as given, and reads back to the same settings."""
+    from pods_bench.allocation import ALLOCATION_STRATEGIES
+    from pods_bench.allocation.vigor import VigorConfig
+
+    data = {**BASE, "prompts_per_step": 4, "selection": {"n": 4, "m": 2}}
+    cfg = config_from_dict(data, ["allocation.strategy=vigor", "allocation.vigor.rounds=2", "allocation.hora={}"])
+    assert cfg.allocation.sections == {"vigor": {"rounds": 2}, "hora": {}}
+    assert ALLOCATION_STRATEGIES.typed_settings(cfg.allocation) == VigorConfig(rounds=2)
+    recorded = cfg.to_dict()["allocation"]
+    assert recorded == {"strategy": "vigor", "vigor": {**VigorConfig(rounds=2).__dict__}, "hora": {}}
+    again = config_from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert ALLOCATION_STRATEGIES.typed_settings(again.allocation) == VigorConfig(rounds=2)
+    with pytest.raises(PodsBenchError, match=r"^config key allocation.vigor.keep_share must be in \(0, 1\]$"):
+        config_from_dict(data, ["allocation.vigor.keep_share=2"])  # a section not chosen is checked too
+
+
+def test_resume_compares_the_settings_of_the_strategy_and_rule_the_run_uses(tmp_path):
+    """A run.json written when every registered strategy's section was recorded with its defaults
+    still resumes; a changed setting of the chosen strategy does not."""
+    from dataclasses import asdict
+
+    from pods_bench.allocation import ALLOCATION_STRATEGIES
+    from pods_bench.resume import check_same_run
+
+    data = {**BASE, "prompts_per_step": 4, "selection": {"n": 4, "m": 2}, "output_dir": str(tmp_path)}
+    cfg = config_from_dict(data, ["allocation.strategy=vigor", "allocation.vigor.rounds=2"])
+    old = json.loads(json.dumps(cfg.to_dict()))  # run.json
+    for name, settings in ALLOCATION_STRATEGIES.settings().items():
+        old["allocation"].setdefault(name, asdict(settings()))
+    check_same_run({"config": old}, cfg)
+    old["allocation"]["vigor"]["rounds"] = 3
+    with pytest.raises(PodsBenchError, match=r"another config \(allocation.vigor.rounds: 3 there, 2 now\)"):
+        check_same_run({"config": old}, cfg)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -74,6 +112,12 @@ def test_resolved_config_round_trips_through_json():
         (["lora.enabled=maybe"], "lora.enabled must be bool"),
         (["loss.aggregation=batch"], "loss.aggregation must be one of ['sequence', 'token', 'micro_batch_token']"),
         (["selection.nn=4"], "unknown config key selection.nn (did you mean selection.n?)"),
+        (["allocation.vigr.rounds=2"], "unknown config key allocation.vigr (did you mean allocation.vigor?)"),
+        (
+            ["allocation.vigor.rund=2"],
+            "unknown config key allocation.vigor.rund (did you mean allocation.vigor.rounds?)",
+        ),
+        (["selection.max_variance.x=1"], "unknown config key selection.max_variance"),
         (["no_such_section.x=1"], "unknown config key no_such_section"),
         (["selection.n"], "must look like key=value"),
         (

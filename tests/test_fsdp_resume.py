@@ -48,7 +48,7 @@ config, checkpoint, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 cfg = load_config(config)
 accelerator = make_accelerator(cfg)
 rank, main = accelerator.process_index, accelerator.is_main_process
-problems, _, _ = load_training_prompts(cfg, build_char_tokenizer())  # data loading is not measured
+problems, _, _ = load_training_prompts(cfg.task, cfg.data_dir, build_char_tokenizer())  # data loading is not measured
 allocator, generator = make_allocator(cfg, len(problems)), torch.Generator()
 status = lambda key: int(re.search(key + r":\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 

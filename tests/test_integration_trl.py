@@ -36,7 +36,7 @@ def setup(smoke_model_dir, tmp_path_factory):
     cfg = config_from_dict({"task": {"name": "arith", "system_prompt": ""}, "budget": {"max_steps": 1}})
     tokenizer = PreTrainedTokenizerFast.from_pretrained(smoke_model_dir)
     tokenizer.padding_side = "left"
-    problems, prompts, _ = load_training_prompts(cfg, tokenizer)
+    problems, prompts, _ = load_training_prompts(cfg.task, cfg.data_dir, tokenizer)
     count = PROMPTS * 4
     dataset = Dataset.from_dict({"prompt": prompts[:count], "gold": [p.gold for p in problems[:count]]})
     grader = RewardFunction(config_from_dict({"reward": {"workers": 1}, "budget": {"max_steps": 1}}).reward)

@@ -32,9 +32,11 @@ def test_how_many_math_problems_the_truncation_affects(data_dir, split, total, a
 def test_training_uses_the_chosen_golds(tmp_path, data_dir):
     tokenizer = build_char_tokenizer()
     settings = dict(task={"name": "math", "limit": 200, "max_prompt_tokens": 100_000}, data_dir=str(data_dir))
-    balanced, _, _ = load_training_prompts(config_from_dict(tiny_run(tmp_path, **settings)), tokenizer)
+    cfg = config_from_dict(tiny_run(tmp_path, **settings))
+    balanced, _, _ = load_training_prompts(cfg.task, cfg.data_dir, tokenizer)
     settings["task"]["math_gold"] = "released"
-    released, _, _ = load_training_prompts(config_from_dict(tiny_run(tmp_path, **settings)), tokenizer)
+    cfg = config_from_dict(tiny_run(tmp_path, **settings))
+    released, _, _ = load_training_prompts(cfg.task, cfg.data_dir, tokenizer)
     assert [p.id for p in balanced] == [p.id for p in released]
     changed = [(b.gold, r.gold) for b, r in zip(balanced, released) if b.gold != r.gold]
     assert changed and all(

@@ -1,6 +1,7 @@
 """A plugin with settings of its own is one file: a toy allocation strategy, a toy selection rule and
 a toy rollout engine, each registered from this test file alone, get their config sections (typed,
-checked, one-line errors) and train a real run; the strategy is gone again once unregistered."""
+checked, one-line errors) and train a real run; the strategy is gone again once unregistered. Each
+receives its own settings, not the whole config."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from pods_bench.allocation import ALLOCATION_STRATEGIES, AllocationStrategy
-from pods_bench.config import TrainConfig, config_from_dict
+from pods_bench.config import AllocationConfig, TrainConfig, config_from_dict
 from pods_bench.engines import ENGINES
 from pods_bench.engines.hf import HFEngine
 from pods_bench.errors import PodsBenchError
@@ -34,9 +35,9 @@ class EveryOther(AllocationStrategy):
     """P prompts, taking every `stride`-th prompt of the stream (the ones between are consumed)."""
 
     def collect(self, sampler):
-        stride = self.cfg.allocation.every_other.stride
-        drawn = sampler.draw(self.cfg.prompts_per_step * stride)
-        groups, everyone = sampler.sample(drawn[::stride], self.cfg.selection.n)
+        stride = self.settings.stride
+        drawn = sampler.draw(self.shape.prompts_per_step * stride)
+        groups, everyone = sampler.sample(drawn[::stride], self.shape.n)
         return groups, {"num_gen_batches": 1, "groups_sampled": len(everyone)}
 
 
@@ -51,8 +52,10 @@ def test_a_strategy_registered_from_a_test_file_gets_its_config_section_and_trai
     cfg = config_from_dict(
         tiny_run(tmp_path / "run", allocation={"strategy": "every_other", "every_other": {"stride": 3}})
     )
-    assert cfg.allocation.every_other == EveryOtherSettings(stride=3)
-    assert TrainConfig().to_dict()["allocation"]["every_other"] == {"stride": 2}  # in run.json with defaults
+    assert ALLOCATION_STRATEGIES.typed_settings(cfg.allocation) == EveryOtherSettings(stride=3)
+    # run.json: the chosen strategy's settings in full, defaults filled in
+    chosen = TrainConfig(allocation=AllocationConfig(strategy="every_other"))
+    assert chosen.to_dict()["allocation"] == {"strategy": "every_other", "every_other": {"stride": 2}}
     train(cfg, progress=False)
     steps = read_lines(tmp_path / "run" / "train_log.jsonl")
     assert [r["allocation"] for r in steps] == ["every_other"] * 3
@@ -107,7 +110,7 @@ def test_a_rule_registered_from_a_test_file_gets_its_config_section_and_trains(t
     # skip n - m = 2 of 4: the 2 highest rewards train
     selection = {"rule": "skip_lowest", "n": 4, "m": 2, "skip_lowest": {"skip": 2}}
     cfg = config_from_dict(tiny_run(tmp_path / "run", selection=selection))
-    assert cfg.selection.skip_lowest == SkipLowestSettings(skip=2)
+    assert SELECTION_RULES.typed_settings(cfg.selection) == SkipLowestSettings(skip=2)
     chosen = choose(torch.tensor([[0.3, 0.1, 0.4, 0.2], [1.0, 0.0, 1.0, 0.0]]), cfg.selection)
     assert chosen.cols.tolist() == [0, 2, 0, 2]  # rewards 0.3 and 0.4; the two 1.0s
     train(cfg, progress=False)
@@ -149,8 +152,8 @@ class CountingHFEngine(HFEngine):
         return super()._generate_batch(rows, sampling)
 
 
-def start_counting_engine(cfg, model, tokenizer) -> CountingHFEngine:
-    options = section_from_dict(RowsPerCallOptions, cfg.engine.options, "engine.options")
+def start_counting_engine(setup, model, tokenizer) -> CountingHFEngine:
+    options = section_from_dict(RowsPerCallOptions, setup.options, "engine.options")
     return CountingHFEngine(model, tokenizer, max_batch=options.rows_per_call)
 
 

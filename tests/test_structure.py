@@ -1,12 +1,15 @@
 """How pods_bench/ is wired: its modules import one another one way (no cycle, counting imports
-inside functions, not those under TYPE_CHECKING), and an import of the package's own modules hides
+inside functions and those under TYPE_CHECKING: a type-only import is still a dependency), the
+config and its plugins point the right way (the config reaches the plugin registries only when it
+checks a config; no plugin imports the config), and an import of the package's own modules hides
 inside a function only where the laziness is the point:
 
   - pods_bench/cli.py: `pods-bench --help` and bad-argument errors answer without loading torch;
   - pods_bench/config.py: `validate` reaches the registries (selection rules, engines, tasks,
-    allocation strategies), whose modules load torch and the tasks; the config itself stays light;
+    allocation strategies), whose modules load torch and the tasks, and types the plugins' sections
+    with them; the config itself stays light;
   - pods_bench/engines/__init__.py: the engines' modules (torch) load when a config is checked or an
-    engine starts, not when the config imports engines.base.
+    engine starts, not when pods_bench.engines is imported.
 
 Ruff's import-outside-toplevel rule (PLC0415) cannot be the check: it flags third-party imports
 too, and the lazy imports of torch, transformers or vLLM in light modules are deliberate."""
@@ -26,14 +29,9 @@ def module_name(path: Path) -> str:
 
 
 def own_imports(path: Path) -> list[tuple[str, bool]]:
-    """(module of pods_bench imported, whether inside a function) for every import in `path`."""
+    """(module of pods_bench imported, whether inside a function) for every import in `path`, those
+    under `if TYPE_CHECKING:` included."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_checking = {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for node in ast.walk(block)
-    }
     in_function = {
         id(node)
         for fn in ast.walk(tree)
@@ -42,8 +40,6 @@ def own_imports(path: Path) -> list[tuple[str, bool]]:
     }
     found = []
     for node in ast.walk(tree):
-        if id(node) in type_checking:
-            continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -95,7 +91,28 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_package_imports_one_way():
     graph, _ = import_graph()
     assert len(graph) > 50 and sum(map(len, graph.values())) > 150  # it saw the package
+    assert "pods_bench.sampling_config" in graph["pods_bench.sampling"]  # a type-only import counts
     assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+PLUGIN_MODULES = ("pods_bench.allocation", "pods_bench.selection", "pods_bench.engines", "pods_bench.sampling")
+
+
+def is_plugin_module(module: str) -> bool:
+    """The registries and their plugins (allocation strategies, selection rules, rollout engines),
+    and the sampler the strategies work with."""
+    return any(module == m or module.startswith(f"{m}.") for m in PLUGIN_MODULES)
+
+
+def test_the_config_and_its_plugins_point_the_right_way():
+    """The config imports no plugin registry when it loads (only `validate` and the sections' typing
+    reach them, inside functions), and no plugin imports the config: each gets its own settings."""
+    loaded = [name for name, local in own_imports(PACKAGE / "config.py") if not local]
+    assert [m for m in loaded if is_plugin_module(m)] == []
+    assert any(name.startswith("pods_bench.allocation") for name, _ in own_imports(PACKAGE / "config.py"))
+    graph, _ = import_graph()
+    up = [m for m, targets in graph.items() if is_plugin_module(m) and "pods_bench.config" in targets]
+    assert up == [], up
 
 
 def test_the_cycle_check_finds_a_cycle():

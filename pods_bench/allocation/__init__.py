@@ -21,14 +21,15 @@ composes with every rule (Pilot-Commit + max_variance is PODS inside Pilot-Commi
   reward_variance_filter  RAGEN-2: the next P prompts, n rollouts each; train only the groups whose
                     reward std is highest (top-p of the summed std, or top-k), no refill
 
-Each strategy registers itself in its own module with its settings dataclass, which the config
-types as the section `allocation.<strategy>` (pods_bench/plugins.py); its per-prompt state is saved
-in every checkpoint. docs/allocation.md compares them.
+Each strategy registers itself in its own module with its settings dataclass, which types the
+config section `allocation.<strategy>` (pods_bench/plugins.py); `make_allocator` hands the strategy
+those settings and the step's shape (`StepShape`), nothing else of the config. Its per-prompt state
+is saved in every checkpoint. docs/allocation.md compares them.
 """
 
 from __future__ import annotations
 
-from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, StepShape
 
 # importing a strategy's module registers it; this order is the order config errors list them in
 # isort: off
@@ -38,9 +39,17 @@ from pods_bench.allocation import vigor, hora  # noqa: E402, F401
 from pods_bench.allocation import reward_variance_filter  # noqa: E402, F401
 # isort: on
 
-__all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "make_allocator"]
+__all__ = ["ALLOCATION_STRATEGIES", "AllocationStrategy", "StepShape", "make_allocator", "step_shape"]
+
+
+def step_shape(cfg) -> StepShape:
+    """The step's shape of a training config (prompts_per_step, selection.n, selection.groups_per_prompt)."""
+    return StepShape(cfg.prompts_per_step, cfg.selection.n, cfg.selection.groups_per_prompt)
 
 
 def make_allocator(cfg, num_prompts: int) -> AllocationStrategy:
-    """The strategy `cfg.allocation.strategy` names, for a run with `num_prompts` training prompts."""
-    return ALLOCATION_STRATEGIES[cfg.allocation.strategy](cfg, num_prompts)
+    """The strategy `cfg.allocation.strategy` names, for a run with `num_prompts` training prompts:
+    given its own settings (allocation.<strategy>, typed) and the step's shape."""
+    allocation = cfg.allocation
+    settings = ALLOCATION_STRATEGIES.typed_settings(allocation)
+    return ALLOCATION_STRATEGIES[allocation.strategy](settings, step_shape(cfg), num_prompts)

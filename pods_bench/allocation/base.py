@@ -6,25 +6,33 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 from pods_bench.errors import PodsBenchError, require
 from pods_bench.plugins import Registry
 from pods_bench.sampling import Graded, Groups, RolloutSampler
-
-if TYPE_CHECKING:
-    from pods_bench.config import TrainConfig
-
 
 # name -> strategy class; each strategy module registers itself with its settings dataclass, the
 # config section allocation.<name> (`@ALLOCATION_STRATEGIES.register(name, settings=...)`)
 ALLOCATION_STRATEGIES = Registry("strategy", "allocation.strategy")
 
 
+@dataclass(frozen=True)
+class StepShape:
+    """The few values of the config every strategy works to: prompts a step trains on (P, over all
+    processes), rollouts per group (selection.n) and groups per prompt (selection.groups_per_prompt)."""
+
+    prompts_per_step: int
+    n: int
+    groups_per_prompt: int = 1
+
+
 class AllocationStrategy(ABC):
     """Decides which prompts get how many rollouts in each step. Subclasses register in
-    ALLOCATION_STRATEGIES; what they keep between steps is in `state_dict` (saved in every
-    checkpoint, restored on resume)."""
+    ALLOCATION_STRATEGIES, with the dataclass of their settings if they have any; a strategy gets
+    those settings (its config section allocation.<name>, typed; None without a dataclass) and the
+    step's shape, nothing else of the config. What it keeps between steps is in `state_dict` (saved
+    in every checkpoint, restored on resume)."""
 
     groups_per_prompt = False  # whether it samples selection.groups_per_prompt groups of a prompt
     # the names of the counters `collect` returns, each a train_log field after the step record: the
@@ -35,12 +43,13 @@ class AllocationStrategy(ABC):
     # so a new strategy is covered there without editing the test
     example_settings: dict = {}
 
-    def __init__(self, cfg: TrainConfig, num_prompts: int):
-        self.cfg, self.num_prompts = cfg, num_prompts
+    def __init__(self, settings: Any, shape: StepShape, num_prompts: int):
+        self.settings, self.shape, self.num_prompts = settings, shape, num_prompts
 
     @classmethod
-    def check_config(cls, cfg: TrainConfig) -> None:
-        """What the strategy needs of the other config sections (its own section checks itself)."""
+    def check_config(cls, settings: Any, shape: StepShape) -> None:
+        """What the strategy needs of its settings given the step's shape (its own section checks
+        its fields itself, in its dataclass's `__post_init__`)."""
 
     @abstractmethod
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:

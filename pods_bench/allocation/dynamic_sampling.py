@@ -66,14 +66,10 @@ class DynamicSampling(AllocationStrategy):
 
     name = "dynamic_sampling"
 
-    @property
-    def settings(self):
-        return self.cfg.allocation.dynamic_sampling
-
     def round_size(self, round_index: int, missing: int, zero_share: float | None) -> int:
         """Prompts to roll out in round `round_index` (0-based), `missing` groups short, after a round
         whose share of all-equal groups was `zero_share` (None before the first)."""
-        P = self.cfg.prompts_per_step
+        P = self.shape.prompts_per_step
         largest = self.settings.prompts_per_round or 3 * P
         if self.settings.refill == "fixed":
             return largest
@@ -94,7 +90,7 @@ class DynamicSampling(AllocationStrategy):
         """Called once the step's batch is complete."""
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
-        want, n = self.cfg.prompts_per_step, self.cfg.selection.n
+        want, n = self.shape.prompts_per_step, self.shape.n
         parts, have, drawn, zero_share = [], 0, 0, None
         # why groups are discarded, as verl's DAPO recipe counts them: all-equal (zero std of the
         # filter's metric), or informative but beyond the P the batch needs (the last round's surplus)

@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from pods_bench.allocation.base import ALLOCATION_STRATEGIES, RoundsConfig, require
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, RoundsConfig, StepShape, require
 from pods_bench.allocation.dynamic_sampling import DynamicSampling
 from pods_bench.sampling import Graded, RolloutSampler
 
@@ -74,18 +74,14 @@ class Greso(DynamicSampling):
 
     name = "greso"
 
-    def __init__(self, cfg, num_prompts: int):
-        super().__init__(cfg, num_prompts)
+    def __init__(self, settings: GresoConfig, shape: StepShape, num_prompts: int):
+        super().__init__(settings, shape, num_prompts)
         g = self.settings
         self.p_easy, self.p_hard = g.p_easy, g.p_hard
         # the streak of each training prompt's latest groups: all correct (easy) or all wrong (hard)
         self.easy_streak = np.zeros(num_prompts, dtype=np.int64)
         self.hard_streak = np.zeros(num_prompts, dtype=np.int64)
         self._step_counts = {"easy": 0, "hard": 0, "groups": 0}
-
-    @property
-    def settings(self):
-        return self.cfg.allocation.greso
 
     # --- the rule ---------------------------------------------------------------------------------
 
@@ -99,7 +95,7 @@ class Greso(DynamicSampling):
         return 1.0
 
     def round_size(self, round_index: int, missing: int, zero_share: float | None) -> int:
-        P = self.cfg.prompts_per_step
+        P = self.shape.prompts_per_step
         largest = self.settings.prompts_per_round or math.ceil(1.5 * P)
         smallest = min(self.settings.min_prompts_per_round or max(1, P // 4), largest)
         if round_index == 0 or zero_share is None or zero_share >= 1:

@@ -27,7 +27,7 @@ import heapq
 from dataclasses import dataclass
 from fractions import Fraction
 
-from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, require
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, StepShape, require
 from pods_bench.sampling import Groups, RolloutSampler
 
 
@@ -79,8 +79,8 @@ class Hora(AllocationStrategy):
     name = "hora"
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        g0, n = cfg.allocation.hora.probe_rollouts, cfg.selection.n
+    def check_config(cls, settings: HoraConfig, shape: StepShape) -> None:
+        g0, n = settings.probe_rollouts, shape.n
         require(
             1 <= g0 < n,
             f"config key allocation.hora.probe_rollouts must be in 1..selection.n - 1 = {n - 1} (the probe is "
@@ -88,8 +88,8 @@ class Hora(AllocationStrategy):
         )
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
-        g0, n = self.cfg.allocation.hora.probe_rollouts, self.cfg.selection.n
-        prompts = sampler.draw(self.cfg.prompts_per_step)
+        g0, n = self.settings.probe_rollouts, self.shape.n
+        prompts = sampler.draw(self.shape.prompts_per_step)
         local, everyone = sampler.sample(prompts, g0)
         extra = allocate([round(sum(g.correct)) for g in everyone], g0, len(prompts) * (n - g0))
         groups = GrowingGroups(sampler, prompts, local, everyone)  # by slot: a draw can repeat a prompt

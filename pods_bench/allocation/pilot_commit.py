@@ -43,6 +43,7 @@ from pods_bench.allocation.base import (
     ALLOCATION_STRATEGIES,
     AllocationStrategy,
     RoundsConfig,
+    StepShape,
     check_not_exhausted,
     require,
     short_batch,
@@ -113,22 +114,21 @@ class PilotCommit(AllocationStrategy):
     name = "pilot_commit"
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        s, n_p = cfg.selection, cfg.allocation.pilot_commit.pilot_rollouts
-        n_p = n_p if n_p is not None else s.n // 4
+    def check_config(cls, settings: PilotCommitConfig, shape: StepShape) -> None:
+        n, n_p = shape.n, settings.pilot_rollouts
+        n_p = n_p if n_p is not None else n // 4
         require(
-            1 <= n_p < s.n,
-            f"config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = {s.n - 1} "
+            1 <= n_p < n,
+            f"config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = {n - 1} "
             f"(pilot and commit rollouts make up the n of a group), got {n_p}",
         )
 
-    def __init__(self, cfg, num_prompts: int):
-        super().__init__(cfg, num_prompts)
-        c, n = cfg.allocation.pilot_commit, cfg.selection.n
-        self.settings = c
+    def __init__(self, settings: PilotCommitConfig, shape: StepShape, num_prompts: int):
+        super().__init__(settings, shape, num_prompts)
+        c, n = settings, shape.n
         self.n_pilot = c.pilot_rollouts if c.pilot_rollouts is not None else n // 4
         self.n_commit = n - self.n_pilot
-        self.pilot_prompts = c.pilot_prompts or 3 * cfg.prompts_per_step
+        self.pilot_prompts = c.pilot_prompts or 3 * shape.prompts_per_step
         self.buffer: dict[int, Buffered] = {}  # prompt -> entry, in order of entry (the same everywhere)
         self.pilots: dict[int, Groups] = {}  # prompt -> its pilot rollouts (on its owner only)
         self.evicted: set[int] = set()
@@ -164,7 +164,7 @@ class PilotCommit(AllocationStrategy):
         return sampler.draw_where(count, lambda p: p not in self.evicted)
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
-        c, want = self.settings, self.cfg.prompts_per_step
+        c, want = self.settings, self.shape.prompts_per_step
         parts, have, drawn, ages = [], 0, 0, []
         stats = {
             "num_gen_batches": 0,

@@ -70,13 +70,9 @@ class RewardVarianceFilter(AllocationStrategy):
 
     name = "reward_variance_filter"
 
-    @property
-    def settings(self) -> RewardVarianceFilterConfig:
-        return self.cfg.allocation.reward_variance_filter
-
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
         c = self.settings
-        local, everyone = sampler.sample(sampler.draw(self.cfg.prompts_per_step), self.cfg.selection.n)
+        local, everyone = sampler.sample(sampler.draw(self.shape.prompts_per_step), self.shape.n)
         stds = [float(np.std(g.rewards)) for g in everyone]
         kept = kept_groups(stds, c.keep, c.value, c.include_zero)
         dropped = set(range(len(everyone))) - set(kept)

@@ -16,6 +16,6 @@ class Uniform(AllocationStrategy):
     groups_per_prompt = True
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
-        s = self.cfg.selection
-        groups, everyone = sampler.sample(sampler.draw(self.cfg.prompts_per_step), s.n, repeats=s.groups_per_prompt)
+        s = self.shape
+        groups, everyone = sampler.sample(sampler.draw(s.prompts_per_step), s.n, repeats=s.groups_per_prompt)
         return groups, {"num_gen_batches": 1, "groups_sampled": len(everyone)}

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, require
+from pods_bench.allocation.base import ALLOCATION_STRATEGIES, AllocationStrategy, GrowingGroups, StepShape, require
 from pods_bench.sampling import Groups, RolloutSampler
 
 
@@ -64,8 +64,8 @@ class Vigor(AllocationStrategy):
     name = "vigor"
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        v, P, n = cfg.allocation.vigor, cfg.prompts_per_step, cfg.selection.n
+    def check_config(cls, settings: VigorConfig, shape: StepShape) -> None:
+        v, P, n = settings, shape.prompts_per_step, shape.n
         plan = v.schedule(P)
         spent = sum(a * k for a, k in plan)
         require(
@@ -77,7 +77,7 @@ class Vigor(AllocationStrategy):
         )
 
     def collect(self, sampler: RolloutSampler) -> tuple[Groups, dict]:
-        prompts = sampler.draw(self.cfg.prompts_per_step)
+        prompts = sampler.draw(self.shape.prompts_per_step)
         plan = self.settings.schedule(len(prompts))
         local, everyone = sampler.sample(prompts, plan[0][1])
         # groups by slot (position in the draw): a draw across an epoch boundary can repeat a prompt
@@ -95,7 +95,3 @@ class Vigor(AllocationStrategy):
         sizes = [len(r) for r in rewards]
         stats.update(group_size_min=min(sizes), group_size_max=max(sizes))
         return groups.batch(), stats
-
-    @property
-    def settings(self) -> VigorConfig:
-        return self.cfg.allocation.vigor

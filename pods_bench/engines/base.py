@@ -5,11 +5,12 @@ ids (plus text and, where the engine has them, sampling log-probs); after every 
 the new weights with `sync_weights`. Which engine it talks to (HF generate, vLLM) is a config
 choice made in `pods_bench.engines.make_engine`.
 
-An engine's module registers a factory `(cfg: TrainConfig, model, tokenizer) -> RolloutEngine` in
-`ENGINES`, with the dataclass of its options (config key engine.options) if it has any:
+An engine's module registers a factory `(setup: EngineSetup, model, tokenizer) -> RolloutEngine` in
+`ENGINES`, with the dataclass of its options (config key engine.options) if it has any; `setup` is
+what an engine needs of the run's config, no more:
 
     @ENGINES.register("vllm", settings=VLLMEngineConfig)
-    def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine: ...
+    def start_vllm_engine(setup, model, tokenizer) -> VLLMEngine: ...
 """
 
 from __future__ import annotations
@@ -17,46 +18,25 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pods_bench.errors import PodsBenchError
 from pods_bench.plugins import Registry
+from pods_bench.sampling_config import SamplingConfig, check_distribution
+
+__all__ = ["ENGINES", "EngineSetup", "RolloutEngine", "Rollouts", "SamplingConfig", "check_distribution"]
 
 ENGINES = Registry("engine", "engine.name")
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
-    """Every parameter that shapes the sampling distribution, set explicitly by pods-bench in both
-    engines: a model's own generation_config (Qwen2.5 ships repetition_penalty 1.05, top_k 20,
-    top_p 0.8) and an engine's defaults never fill in a value left out here. The defaults are the
-    neutral values (plain sampling from softmax(logits / T))."""
+class EngineSetup:
+    """What an engine's factory gets of the run's config."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0: no top-k truncation
-    min_p: float = 0.0  # 0: no min-p truncation
-    repetition_penalty: float = 1.0  # 1: no penalty
-    max_new_tokens: int = 64
-    # Per-call seed: the engine seeds its sampler with it, so a (config, seed, step) reproduces.
-    seed: int | None = None
-
-    def __post_init__(self):
-        # The config's `sampling` section. Temperature 0 (greedy) is a valid distribution here:
-        # evaluation samples with it; the trainer refuses it for its rollouts (pods_bench.config).
-        check_distribution("sampling", self)
-
-
-def check_distribution(section: str, params) -> None:
-    """Checks of the truncation and length parameters of `params`: a SamplingConfig, or another config
-    section with the same fields (eval). Each error is one line naming the key in `section`."""
-    for ok, message in [
-        (0 < params.top_p <= 1, "top_p must be in (0, 1]"),
-        (params.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
-        (params.top_k >= 0, "top_k must be >= 0 (0: no top-k)"),
-        (0 <= params.min_p < 1, "min_p must be in [0, 1)"),
-        (params.repetition_penalty > 0, "repetition_penalty must be > 0 (1: none)"),
-    ]:
-        if not ok:
-            raise PodsBenchError(f"config key {section}.{message}")
+    max_batch: int  # engine.max_batch
+    # engine.options as given: the engine types them with its own options dataclass (the config's
+    # check has typed them once already)
+    options: dict
+    model_name: str  # model.name: where an engine that loads the weights itself finds the architecture
+    mixed_precision: str | None  # model.mixed_precision
+    seed: int  # the run seed
 
 
 @dataclass

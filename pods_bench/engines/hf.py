@@ -12,7 +12,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from pods_bench.engines.base import ENGINES, RolloutEngine, Rollouts, SamplingConfig
+from pods_bench.engines.base import ENGINES, EngineSetup, RolloutEngine, Rollouts, SamplingConfig
 
 # transformers is imported where it is used: loading the engines' registry (every config check)
 # then costs no transformers import. TemperatureWithLogprobs is therefore not a subclass of
@@ -181,7 +181,7 @@ class HFEngine(RolloutEngine):
 
 
 @ENGINES.register("hf")
-def start_hf_engine(cfg, model, tokenizer) -> HFEngine:
+def start_hf_engine(setup: EngineSetup, model, tokenizer) -> HFEngine:
     """transformers `generate` on the trainer's own model (engine.max_batch rows a call)."""
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.model.mixed_precision)
-    return HFEngine(model, tokenizer, max_batch=cfg.engine.max_batch, autocast_dtype=autocast)
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(setup.mixed_precision)
+    return HFEngine(model, tokenizer, max_batch=setup.max_batch, autocast_dtype=autocast)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from pods_bench.engines.base import ENGINES, RolloutEngine, Rollouts, SamplingConfig
+from pods_bench.engines.base import ENGINES, EngineSetup, RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.model_sources import resolve
 from pods_bench.typed_config import section_from_dict
@@ -266,9 +266,9 @@ class VLLMEngine(RolloutEngine):
 
 
 @ENGINES.register("vllm", settings=VLLMEngineConfig)
-def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine:
+def start_vllm_engine(setup: EngineSetup, model, tokenizer) -> VLLMEngine:
     """A colocated vLLM engine sampling from `model` (options: engine.options, VLLMEngineConfig)."""
-    model_path = resolve(cfg.model.name).path  # a GGUF file: the folder it was converted to
+    model_path = resolve(setup.model_name).path  # a GGUF file: the folder it was converted to
     if model_path == "tiny":
         # vLLM reads the architecture and tokenizer from a folder: write the tiny model to one.
         from safetensors.torch import save_file
@@ -282,6 +282,6 @@ def start_vllm_engine(cfg, model, tokenizer) -> VLLMEngine:
         base.config.architectures = [type(base).__name__.removeprefix("FSDP")]
         base.config.save_pretrained(model_path)
         tokenizer.save_pretrained(model_path)
-    engine = VLLMEngine(model_path, tokenizer, options=cfg.engine.options, seed=cfg.seed)
+    engine = VLLMEngine(model_path, tokenizer, options=setup.options, seed=setup.seed)
     engine.sync_weights(model)  # the folder holds the initial weights, the policy may not (LoRA, resume)
     return engine

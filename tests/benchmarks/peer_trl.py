@@ -112,7 +112,7 @@ def run_trl(workload: Workload, out: Path, steps: int) -> list[dict]:
     folder = resolve(cfg.model.name).path  # a GGUF source's converted folder, as pods-bench loads it
     tokenizer = AutoTokenizer.from_pretrained(folder)  # the exact tokenizer pods-bench loads
     tokenizer.padding_side = "left"
-    problems, prompts, _ = load_training_prompts(cfg, tokenizer)
+    problems, prompts, _ = load_training_prompts(cfg.task, cfg.data_dir, tokenizer)
     # the prompts pods-bench's trainer draws, in its order (a seeded permutation, not the file's order),
     # so that both sides sample the same problems at every step (TRL reads the dataset in order)
     order = PromptStream(len(problems), cfg.seed).take(0, cfg.prompts_per_step * steps)

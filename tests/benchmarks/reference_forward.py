@@ -59,7 +59,7 @@ def measure(rounds: int) -> list[dict]:
         plain = config_from_dict(settings(Path(tmp)))
         paid = replace(plain, loss=replace(plain.loss, reference_forward=True))
         learner, tokenizer = make_learner(plain, make_accelerator(plain), None)
-        _, prompts, _ = load_training_prompts(plain, tokenizer)
+        _, prompts, _ = load_training_prompts(plain.task, plain.data_dir, tokenizer)
         engine = make_engine(plain, learner.policy, tokenizer)
         sampling = replace(plain.sampling, seed=0)
         generate = lambda: engine.generate(prompts[:PROMPTS], N, sampling)  # noqa: E731
