@@ -19,6 +19,18 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config):
+    """In a run split over processes (pytest-xdist, as `make test` runs it), one torch thread per test
+    process and for what it starts: two processes of two threads each on two cores stall one another's
+    thread barriers (5-30x slower: see smoke_model_dir below). Workflow jobs still get
+    the threads their rules set."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():
