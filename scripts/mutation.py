@@ -64,6 +64,8 @@ def run_module(module: str, tests: list[str], scratch: Path) -> dict:
     subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
     with open(copy / "pyproject.toml", "a", encoding="utf-8") as f:
         f.write(mutmut_section(module, tests))
+    # the tests read the data beside the project root, ../shared; mutmut runs them in <copy>/mutants/
+    (copy / "shared").symlink_to(ROOT.parent / "shared")
     mutmut = [sys.executable, "-m", "mutmut"]
     subprocess.run([*mutmut, "run", "--max-children", str(os.cpu_count() or 1)], cwd=copy, check=False)
     listing = subprocess.run([*mutmut, "results", "--all", "true"], cwd=copy, capture_output=True, text=True).stdout
@@ -89,8 +91,6 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pods-bench-mutation-") as scratch:
-        # the tests read the data beside the project root: ../shared of each copy
-        (Path(scratch) / "shared").symlink_to(ROOT.parent / "shared")
         for module in args.only or MODULES:
             result = run_module(module, MODULES[module], Path(scratch))
             c = result["counts"]
