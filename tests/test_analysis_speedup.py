@@ -148,6 +148,8 @@ def test_mean_over_budget_is_the_trapezoid_area_over_the_budget():
     assert mean_over_budget(TIMES, curves, 40.0)[0] == pytest.approx((5 + 30) / 40)
     assert mean_over_budget(TIMES, curves, 15.0)[0] == pytest.approx((5 + 5) / 15)  # interpolated end
     assert np.isnan(mean_over_budget(TIMES, curves, 50.0)[0])  # curve stops before the budget
+    # a budget a rounding error past the last grid time is that time, not an index past the grid
+    assert mean_over_budget(TIMES, curves, 40.0 + 5e-10)[0] == pytest.approx((5 + 30) / 40)
     s = compare({"grpo": [BASE], "pods": [[0.5, 0.8, 0.9, 0.9, 0.9]]}).loc["pods"]
     assert s["mean_over_budget"] == pytest.approx((6.5 + 8.5 + 9 + 9) / 40)
 

@@ -110,6 +110,7 @@ def mean_over_budget(times: np.ndarray, curves: np.ndarray, budget: float) -> np
     NaN for curves that stop before the budget."""
     if times[-1] < budget - 1e-9:
         return np.full(curves.shape[0], np.nan)
+    budget = min(budget, float(times[-1]))  # up to 1e-9 past the last grid time (rounding): that time
     inside = times < budget
     j = int(np.searchsorted(times, budget))
     w = 1.0 if times[j] == budget else (budget - times[j - 1]) / (times[j] - times[j - 1])
