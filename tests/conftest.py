@@ -19,18 +19,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def pytest_configure(config):
-    """In a run split over processes (pytest-xdist, as `make test` runs it), one torch thread per test
-    process and for what it starts: two processes of two threads each on two cores stall one another's
-    thread barriers (5-30x slower: see smoke_model_dir below). Workflow jobs still get
-    the threads their rules set."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        os.environ["OMP_NUM_THREADS"] = "1"
-        import torch
-
-        torch.set_num_threads(1)
-
-
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():
@@ -51,7 +39,6 @@ def smoke_model_dir(tmp_path_factory) -> Path:
     `arith` task with a smaller model (hidden 64, 2 layers) than the smoke recipe's and no
     randomised-answer phase, so that it learns the task in ~30-40 s (sampled accuracy 0.3-0.5).
     Its settings are in `<dir>/pretrain.json`."""
-    from pods_bench.io import locked
     from pods_bench.models import TinyModelConfig
     from pods_bench.pretrain import PretrainConfig, pretrain
 
@@ -65,10 +52,7 @@ def smoke_model_dir(tmp_path_factory) -> Path:
         # on a 2-core machine; alone, one thread is only ~1.5-2x slower.
         threads=1,
     )
-    # `make test` splits the suite over two processes (pytest-xdist): the first to get here builds the
-    # model in the folder they share, the other waits on the lock and reuses it (same settings hash)
-    with locked(run_wide_tmp(tmp_path_factory) / "smoke_model.lock"):
-        folder, _ = pretrain(cfg, run_wide_tmp(tmp_path_factory) / "smoke_model" / "arith-tiny", show_progress=False)
+    folder, _ = pretrain(cfg, tmp_path_factory.mktemp("smoke_model") / "arith-tiny", show_progress=False)
     return folder
 
 
@@ -86,12 +70,10 @@ def warm_start_seed0(tmp_path_factory) -> Path:
     through the workflow."""
     from dataclasses import replace
 
-    from pods_bench.io import locked
     from pods_bench.pretrain import PretrainConfig, pretrain
 
     cfg = replace(PretrainConfig(), steps=TEST_WARM_START["steps"], seed=0)
-    with locked(run_wide_tmp(tmp_path_factory) / "warm_start_seed0.lock"):
-        folder, _ = pretrain(cfg, run_wide_tmp(tmp_path_factory) / "warm_start" / "seed0", show_progress=False)
+    folder, _ = pretrain(cfg, tmp_path_factory.mktemp("warm_start") / "seed0", show_progress=False)
     return folder
 
 
@@ -100,13 +82,6 @@ def place_warm_start(folder: Path, workdir: Path) -> Path:
     import shutil
 
     return Path(shutil.copytree(folder, workdir / "results" / "warm_start" / TEST_WARM_START["name"]))
-
-
-def run_wide_tmp(tmp_path_factory) -> Path:
-    """A temporary folder shared by every process of this test run: under pytest-xdist each worker has
-    its own base folder inside the run's, otherwise the base folder itself."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 # --- no leaked processes -------------------------------------------------------------------------

@@ -35,10 +35,11 @@ from typing import Any
 
 import pytest
 
-from pods_bench.config import TrainConfig, config_from_dict, validate
+from pods_bench.config import AllocationConfig, TrainConfig, config_from_dict, validate
 from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import load_experiment, resolve_arms
 from pods_bench.rewards.recipes import RECIPE_FIELDS, REWARD_RECIPES
+from pods_bench.selection_config import SelectionConfig
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT
 
 DOC = PROJECT_ROOT / "docs" / "fidelity.md"
@@ -1084,6 +1085,8 @@ def inert(key: str, cfg: TrainConfig) -> bool:
     strategy = key.split(".")[1] if key.startswith("allocation.") and key != "allocation.strategy" else None
     if strategy is not None:
         return cfg.allocation.strategy != strategy
+    if key.startswith("selection.") and key.count(".") == 2:  # selection.<rule>.<setting>
+        return cfg.selection.rule != key.split(".")[1]
     if key.startswith("lora.") and key != "lora.enabled":
         return not cfg.lora.enabled
     if key.startswith("model.tiny.") or key == "model.init_seed":
@@ -1137,11 +1140,23 @@ def per_arm(value, arm: str):
 
 
 def leaf_keys(obj=None, prefix: str = "") -> list[str]:
+    """Every config key: the dataclasses' fields, and each registered plugin's settings under its
+    section (allocation.<strategy>.<field>, selection.<rule>.<field>), which the config keeps as given."""
+    from pods_bench.allocation import ALLOCATION_STRATEGIES
+    from pods_bench.selection import SELECTION_RULES
+
     obj = TrainConfig() if obj is None else obj
+    registries = {AllocationConfig: ALLOCATION_STRATEGIES, SelectionConfig: SELECTION_RULES}
     keys = []
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        keys += leaf_keys(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else [prefix + f.name]
+        if f.name == "sections" and type(obj) in registries:
+            for plugin, settings in registries[type(obj)].settings().items():
+                keys += leaf_keys(settings(), f"{prefix}{plugin}.")
+        elif dataclasses.is_dataclass(value):
+            keys += leaf_keys(value, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
     return keys
 
 

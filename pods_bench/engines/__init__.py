@@ -16,7 +16,7 @@ from __future__ import annotations
 from pods_bench.engines.base import ENGINES, EngineSetup, RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.plugins import Registry
 
-__all__ = ["ENGINES", "EngineSetup", "load_engines", "make_engine", "RolloutEngine", "Rollouts", "SamplingConfig"]
+__all__ = ["ENGINES", "EngineSetup", "engine_setup", "load_engines", "make_engine", "RolloutEngine", "Rollouts", "SamplingConfig"]
 
 
 def load_engines() -> Registry:
@@ -26,9 +26,13 @@ def load_engines() -> Registry:
     return ENGINES
 
 
+def engine_setup(cfg) -> EngineSetup:
+    """What an engine's factory gets of the run's config `cfg`."""
+    return EngineSetup(cfg.engine.max_batch, cfg.engine.options, cfg.model.name, cfg.model.mixed_precision, cfg.seed)
+
+
 def make_engine(cfg, model, tokenizer) -> RolloutEngine:
     """The rollout engine named by `cfg.engine.name`, sampling from `model`."""
     engines = load_engines()
     engines.check(cfg.engine.name)
-    setup = EngineSetup(cfg.engine.max_batch, cfg.engine.options, cfg.model.name, cfg.model.mixed_precision, cfg.seed)
-    return engines[cfg.engine.name](setup, model, tokenizer)
+    return engines[cfg.engine.name](engine_setup(cfg), model, tokenizer)
