@@ -16,7 +16,16 @@ from __future__ import annotations
 from pods_bench.engines.base import ENGINES, EngineSetup, RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.plugins import Registry
 
-__all__ = ["ENGINES", "EngineSetup", "engine_setup", "load_engines", "make_engine", "RolloutEngine", "Rollouts", "SamplingConfig"]
+__all__ = [
+    "ENGINES",
+    "EngineSetup",
+    "engine_setup",
+    "load_engines",
+    "make_engine",
+    "RolloutEngine",
+    "Rollouts",
+    "SamplingConfig",
+]
 
 
 def load_engines() -> Registry:
