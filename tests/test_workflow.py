@@ -16,10 +16,16 @@ SNAKEFILE = PROJECT_ROOT / "Snakefile"
 CONFIG_DIR = PROJECT_ROOT / "config"
 
 
-def snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+# How the tests start Snakemake (the SLURM tests start it through tests/cluster/snakemake_quick_status.py)
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(
+    workdir: Path, *args: str, env: dict | None = None, timeout: int = 300, program: list[str] = SNAKEMAKE
+) -> subprocess.CompletedProcess:
     """Run the project's workflow in `workdir` (results/ and figures/ go there)."""
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args],
+        [*program, "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -54,6 +55,8 @@ RUNS = ["grpo_n16_m16/seed0", "pods_n16_m8/seed0"]
 # Test-only settings beside the documented command: status checks from 1 s after a submission
 # instead of the plugin's 40 s, logs of successful jobs kept.
 STATUS_CHECKS = ["--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs"]
+# ... and Snakemake started with the plugin's growing wait between status checks capped (its docstring)
+QUICK_STATUS = [sys.executable, str(PROJECT_ROOT / "tests" / "cluster" / "snakemake_quick_status.py")]
 
 
 def require(reason: str):
@@ -126,7 +129,7 @@ def test_bad_cluster_settings_stop_the_workflow_with_one_line(cluster, tmp_path,
         "rejected account": (submission(account="nope"), "account 'nope' is not one of user root's accounts"),
     }
     for case, (settings, message) in cases.items():
-        out = snakemake(tmp_path, "--profile", PROFILE, *configs, *settings, env=env)
+        out = snakemake(tmp_path, "--profile", PROFILE, *configs, *settings, env=env, program=QUICK_STATUS)
         assert out.returncode == 2, (case, out.stderr[-3000:])
         line = one_error_line(out)
         assert message in line and "slurm_partition=" in line, (case, line)
@@ -142,7 +145,7 @@ def test_the_smoke_workflow_through_sbatch_cancelled_killed_and_resumed(cluster,
     started = time.monotonic()
 
     # 1. scancel a training job once it has written a checkpoint; the workflow goes on without it
-    proc = start_workflow(tmp_path, command, env)
+    proc = start_workflow(tmp_path, command, env, QUICK_STATUS)
 
     def training_with_checkpoint():
         for job_id, (state, comment) in squeue(cluster).items():
@@ -162,7 +165,7 @@ def test_the_smoke_workflow_through_sbatch_cancelled_killed_and_resumed(cluster,
 
     # 2. the same command: the cancelled training is resubmitted; SIGKILL to Snakemake while it runs.
     # Its SLURM job outlives it, as on a login node that dies, and finishes.
-    proc = start_workflow(tmp_path, command, env)
+    proc = start_workflow(tmp_path, command, env, QUICK_STATUS)
     wait_until(
         lambda: any(s == "RUNNING" and "rule_train" in c for s, c in squeue(cluster).values()),
         proc,
@@ -179,9 +182,9 @@ def test_the_smoke_workflow_through_sbatch_cancelled_killed_and_resumed(cluster,
     assert f"{cancelled_run}/train.done" in after_kill
 
     # 3. unlock, the same command: only what is missing runs
-    out = snakemake(tmp_path, "--profile", PROFILE, *configs, *submission(), "--unlock", env=env)
+    out = snakemake(tmp_path, "--profile", PROFILE, *configs, *submission(), "--unlock", env=env, program=QUICK_STATUS)
     assert out.returncode == 0, out.stderr[-2000:]
-    out = snakemake(tmp_path, *command, env=env, timeout=900)
+    out = snakemake(tmp_path, *command, env=env, timeout=900, program=QUICK_STATUS)
     check_success(out, "smoke")
     wall = time.monotonic() - started
 
@@ -247,7 +250,16 @@ def test_a_gpu_setup_job_asks_slurm_for_its_typed_gpu(cluster, tmp_path, data_di
     env = {**cluster.env, "PODS_BENCH_DATA_DIR": str(data_dir)}
     target = "results/gsm8k_main/runs/pods_n64_m16/seed1/train.done"
     out = snakemake(
-        tmp_path, target, "--profile", PROFILE, *configs, *submission(), *STATUS_CHECKS, env=env, timeout=600
+        tmp_path,
+        target,
+        "--profile",
+        PROFILE,
+        *configs,
+        *submission(),
+        *STATUS_CHECKS,
+        env=env,
+        timeout=600,
+        program=QUICK_STATUS,
     )
     assert (
         "config key device is 'cuda' but no GPU is visible"
