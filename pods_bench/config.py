@@ -279,14 +279,21 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """The config as run.json records it: every field, the allocation strategy's and selection
         rule's sections as given, the chosen strategy's and rule's in full (their settings typed)."""
-        from pods_bench.allocation import ALLOCATION_STRATEGIES
-        from pods_bench.selection import SELECTION_RULES
-
         data = asdict(self)
-        for key, registry in [("allocation", ALLOCATION_STRATEGIES), ("selection", SELECTION_RULES)]:
+        for key, registry in plugin_registries().items():
             section = getattr(self, key)
             data[key] = section.as_config_dict({section.chosen(): _typed_or_none(registry, section)})
         return data
+
+
+def plugin_registries() -> dict:
+    """Config section -> the registry of the plugins it chooses, whose settings are sections of it
+    (allocation.<strategy>, selection.<rule>). Imported when called: the config imports no plugin
+    registry when it loads (tests/test_structure.py)."""
+    from pods_bench.allocation import ALLOCATION_STRATEGIES
+    from pods_bench.selection import SELECTION_RULES
+
+    return {"allocation": ALLOCATION_STRATEGIES, "selection": SELECTION_RULES}
 
 
 def _typed_or_none(registry, section: PluginChoice):
@@ -327,11 +334,8 @@ def _field_type(path: str):
 
 def _plugin_settings_type(cls, key: str):
     """The settings dataclass of the plugin whose section of `cls` is `key` (allocation.vigor)."""
-    from pods_bench.allocation import ALLOCATION_STRATEGIES
-    from pods_bench.selection import SELECTION_RULES
-
     section, name = key.split(".")
-    registry = {"allocation": ALLOCATION_STRATEGIES, "selection": SELECTION_RULES}[section]
+    registry = plugin_registries()[section]
     if name not in registry.settings():
         raise registry.unknown_section(name, cls.own_fields())
     return registry.settings()[name]

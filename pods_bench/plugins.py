@@ -22,12 +22,11 @@ selection rules (pods_bench/selection.py, sections selection.<name>) and rollout
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pods_bench.errors import PodsBenchError
-from pods_bench.typed_config import section_from_dict, typed_fields
+from pods_bench.typed_config import section_from_dict, typed_fields, unknown_config_key
 
 
 class Registry(Mapping):
@@ -78,9 +77,7 @@ class Registry(Mapping):
         """The one-line error for a config section <section>.<name> that no plugin's settings type
         (the closest plugin section, or key `also` of the section itself, as a hint)."""
         section = self.config_key.rsplit(".", 1)[0]
-        close = difflib.get_close_matches(name, [*also, *self._settings], n=1)
-        hint = f" (did you mean {section}.{close[0]}?)" if close else ""
-        return PodsBenchError(f"unknown config key {section}.{name}{hint}")
+        return unknown_config_key(name, [*also, *self._settings], f"{section}.")
 
     def check(self, name: str) -> None:
         """A one-line error naming the config key when `name` is not registered."""
@@ -131,9 +128,7 @@ class PluginChoice:
         sections = {str(k): v for k, v in data.items() if k not in own}
         for name, value in sections.items():
             if value is not None and not isinstance(value, dict):  # a plugin's section is a mapping
-                close = difflib.get_close_matches(name, cls.own_fields(), n=1)
-                hint = f" (did you mean {key}.{close[0]}?)" if close else ""
-                raise PodsBenchError(f"unknown config key {key}.{name}{hint}")
+                raise unknown_config_key(name, cls.own_fields(), f"{key}.")
         fields = {k: v for k, v in data.items() if k in own}
         return typed_fields(cls, {**fields, "sections": sections}, key)
 

@@ -82,11 +82,17 @@ def _coerce(tp, value, key: str):
     raise PodsBenchError(f"config key {key} must be {_type_name(tp)}, got {value!r}")
 
 
-def unknown_key(cls, key: str, prefix: str) -> PodsBenchError:
-    names = [f.name for f in dataclasses.fields(cls)]
-    close = difflib.get_close_matches(key, names, n=1)
+def unknown_config_key(key: str, known, prefix: str) -> PodsBenchError:
+    """The one-line error for config key <prefix><key>, which is none of `known` (the closest of
+    them as a hint)."""
+    close = difflib.get_close_matches(key, list(known), n=1)
     hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
     return PodsBenchError(f"unknown config key {prefix}{key}{hint}")
+
+
+def unknown_key(cls, key: str, prefix: str) -> PodsBenchError:
+    """`unknown_config_key` for a key of dataclass `cls`'s section."""
+    return unknown_config_key(key, [f.name for f in dataclasses.fields(cls)], prefix)
 
 
 def section_from_dict(cls, data, key: str = ""):

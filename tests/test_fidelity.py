@@ -35,11 +35,10 @@ from typing import Any
 
 import pytest
 
-from pods_bench.config import AllocationConfig, TrainConfig, config_from_dict, validate
+from pods_bench.config import TrainConfig, config_from_dict, plugin_registries, validate
 from pods_bench.errors import PodsBenchError
 from pods_bench.experiment import load_experiment, resolve_arms
 from pods_bench.rewards.recipes import RECIPE_FIELDS, REWARD_RECIPES
-from pods_bench.selection_config import SelectionConfig
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT
 
 DOC = PROJECT_ROOT / "docs" / "fidelity.md"
@@ -1142,16 +1141,13 @@ def per_arm(value, arm: str):
 def leaf_keys(obj=None, prefix: str = "") -> list[str]:
     """Every config key: the dataclasses' fields, and each registered plugin's settings under its
     section (allocation.<strategy>.<field>, selection.<rule>.<field>), which the config keeps as given."""
-    from pods_bench.allocation import ALLOCATION_STRATEGIES
-    from pods_bench.selection import SELECTION_RULES
-
     obj = TrainConfig() if obj is None else obj
-    registries = {AllocationConfig: ALLOCATION_STRATEGIES, SelectionConfig: SELECTION_RULES}
+    registry = plugin_registries().get(prefix.removesuffix("."))
     keys = []
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if f.name == "sections" and type(obj) in registries:
-            for plugin, settings in registries[type(obj)].settings().items():
+        if f.name == "sections" and registry is not None:
+            for plugin, settings in registry.settings().items():
                 keys += leaf_keys(settings(), f"{prefix}{plugin}.")
         elif dataclasses.is_dataclass(value):
             keys += leaf_keys(value, f"{prefix}{f.name}.")
