@@ -181,11 +181,13 @@ def test_vllm_samples_smollm2_with_the_trainers_log_probs(smollm2):
         assert torch.allclose(forward[row, : len(lps)], torch.tensor(lps), atol=1e-4), row
 
 
-# The paper's configs with SmolLM2 in place of Qwen2.5-3B: one seed, two steps of short completions,
+# The paper's configs with SmolLM2 in place of Qwen2.5-3B: one seed, one step of short completions,
 # two evaluation problems; the rest of each recipe (LoRA r 64, lr, temperature, rewards, prompts) as
 # configured. GSM8K's PODS arm on one process; MATH's GRPO arm on two (gloo), each process its share
 # of the prompts. One arm each (the other arm of a config runs the same code with other n, m): both
-# kinds of arm, both process counts, in half the time of every arm of both.
+# kinds of arm, both process counts, in half the time of every arm of both. One step: GSM8K's 64
+# rollouts of a ~140-token prompt take ~85 s a step on 2 cores, and a second step runs the same code
+# again (several steps, checkpoints and resumes: the tiny-model workflow tests).
 def overlay(hardware: str, steps: int) -> dict:
     """The experiment-config overlay that swaps the model and shortens the run."""
     return {
@@ -211,7 +213,7 @@ def overlay(hardware: str, steps: int) -> dict:
 def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, experiment, arm, hardware, eval_set):
     config = yaml.safe_load((CONFIG_DIR / f"{experiment}.yaml").read_text())
     config = {**config, "arms": {arm: config["arms"][arm]}, "analysis": {**config["analysis"], "baseline": arm}}
-    settings = overlay(hardware, steps=2)
+    settings = overlay(hardware, steps=1)
     settings["eval_benchmarks"] = [eval_set]
     (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(config))
     override = tmp_path / "smollm2.yaml"
@@ -235,11 +237,11 @@ def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, exper
         assert run["model_source"]["sha256"] == resolve(SMOLLM2).record["sha256"]
         assert run["config"]["lora"]["enabled"] and run["config"]["model"]["name"] == SMOLLM2
         steps = read_jsonl(run_dir / "train_log.jsonl")
-        assert [s["step"] for s in steps] == [1, 2]
+        assert [s["step"] for s in steps] == [1]
         n, m = config["arms"][arm]["n"], config["arms"][arm]["m"]
         assert all((s["n"], s["m"], s["rollouts_not_trained"]) == (n, m, s["prompts"] * (n - m)) for s in steps)
         assert all(s["generated_tokens"] > 0 and s["grad_norm"] >= 0 and s["reward_failures"] == 0 for s in steps)
         records = read_jsonl(run_dir / "eval.jsonl")
-        assert {r["benchmark"] for r in records} == {eval_set} and {r["step"] for r in records} >= {0, 2}
+        assert {r["benchmark"] for r in records} == {eval_set} and {r["step"] for r in records} == {0, 1}
         for record in records:
             assert record["n_problems"] == 2 and all(e["completion"] for e in record["examples"])
