@@ -324,6 +324,7 @@ def test_log_prob_chunks_save_the_memory_the_plan_says():
 MEASURE_GENERATE = (
     MEASURE_PREAMBLE
     + """
+from dataclasses import replace
 from pods_bench.engines.base import SamplingConfig
 from pods_bench.engines.hf import HFEngine
 from pods_bench.models import TokenIdTokenizer, build_random_model
@@ -331,7 +332,7 @@ from pods_bench.planning.memory import hf_generation_bytes
 engine = HFEngine(build_random_model(dims, "float32", "cpu"), TokenIdTokenizer(vocab), max_batch=rows)
 prompt = " ".join(str(1 + i % (vocab - 1)) for i in range(P))
 sampling = SamplingConfig(temperature=0.9, top_p=1.0, top_k=50, max_new_tokens=C, seed=0)  # the 8-GPU recipe's
-engine.generate([prompt], rows, sampling)  # first-call allocations
+engine.generate([prompt], rows, replace(sampling, max_new_tokens=min(C, 4)))  # first-call allocations
 before = status("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # resets the peak (VmHWM) to the current RSS
 engine.generate([prompt], rows, sampling)
