@@ -10,6 +10,8 @@ strategy, and exact resumes of their state, are in tests/test_allocation_trainin
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -204,6 +206,31 @@ def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():
     assert restored.state_dict() == g.state_dict()
 
 
+@pytest.mark.parametrize(
+    ("target", "second_round", "expected_p"),
+    [
+        # 8 groups: 2 all correct (share 0.25 = T/3) and 4 all wrong (0.5 = 2T/3), both at their
+        # targets: both p fall (a strict comparison, or a larger target, would raise them)
+        (0.75, [1.0, 0.0, 0.0, 0.5], 0.49),
+        # 1 all correct (0.125 < T/3 = 0.15, above T/4) and 2 all wrong (0.25 < 2T/3 = 0.3, above T/3):
+        # both p rise (a target of T/4 for the easy share, or T/3 for the hard one, would lower them)
+        (0.45, [0.5, 0.5, 0.5, 0.5], 0.51),
+    ],
+)
+def test_greso_aims_a_third_of_the_zero_variance_target_at_easy_groups_and_two_thirds_at_hard_ones(
+    target, second_round, expected_p
+):
+    cfg = make_cfg(
+        "greso", P=2, prompts_per_round=4, min_prompts_per_round=4, p_easy=0.5, p_hard=0.5, target_zero_variance=target
+    )
+    g = make_allocator(cfg, NUM_PROMPTS)
+    epoch_1 = PromptStream(NUM_PROMPTS, 0).take(NUM_PROMPTS, NUM_PROMPTS)
+    rates = {p: 0.5 for p in range(NUM_PROMPTS)} | dict(zip(epoch_1, [1.0, 0.0, 0.0, 0.5] + second_round))
+    _, stats = g.collect(ScriptedSampler(cfg, rates, step=5, cursor=NUM_PROMPTS))  # epoch 1: p adapts
+    assert (stats["num_gen_batches"], stats["groups_sampled"]) == (2, 8)
+    assert (stats["p_easy"], stats["p_hard"]) == pytest.approx((expected_p, expected_p))
+
+
 def test_dynamic_sampling_shortfall_refill_samples_the_batch_then_what_is_missing():
     fixed = make_allocator(make_cfg("dynamic_sampling", P=8), NUM_PROMPTS)
     assert [fixed.round_size(i, 1, 0.5) for i in (0, 1)] == [24, 24]  # DAPO: 3 x P every round
@@ -378,6 +405,47 @@ def test_pilot_commit_with_every_prompt_evicted_commits_the_buffer_or_stops_befo
         "no eviction"
     )
     assert sampler.calls_made == []  # nothing was sampled for a step that cannot be filled
+
+
+def test_pilot_commit_random_order_commits_distinct_buffered_prompts_in_buffer_order_every_subset_alike():
+    from scipy.stats import chisquare
+
+    from pods_bench.allocation.pilot_commit import Buffered
+
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3, commit_order="random", max_rounds=1, when_short="train")
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    pc.buffer = {p: Buffered(0, 0, 0.5, 0.5) for p in (9, 2, 7, 4)}  # entered in this order
+    position = {p: i for i, p in enumerate(pc.buffer)}
+    seen = Counter()
+    for seed in range(600):
+        chosen = pc.choose_commits(np.random.default_rng(seed), 2)
+        assert len(set(chosen)) == len(chosen) == 2 and set(chosen) <= set(pc.buffer), chosen
+        assert [position[p] for p in chosen] == sorted(position[p] for p in chosen), chosen
+        seen[tuple(chosen)] += 1
+    assert len(seen) == 6 and chisquare(list(seen.values())).pvalue > 1e-3, seen  # each pair ~1/6 of the time
+    assert pc.choose_commits(np.random.default_rng(0), 4) == [9, 2, 7, 4]  # all, when no more are buffered
+
+    # in a step, the commit's draw is the sampler's generator of that round (the same on every
+    # process and after a resume)
+    pc.pilots = {p: scripted_pilot(p, 0) for p in pc.buffer}
+    expected = pc.choose_commits(ScriptedSampler(cfg, {}, step=1).rng(0), 2)
+    batch, _ = pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0), step=1))
+    assert batch.prompt == expected
+
+
+def test_pilot_commit_without_a_round_limit_stops_after_one_whole_pass_over_the_prompts():
+    """max_rounds 0 and no pilot ever in the window (the buffer stays empty): 3 pilots a round draw
+    3, 6, 9, 12 of the 12 prompts and then 15, more than a pass, so the 5th round is the last."""
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3, max_rounds=0)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0))
+    with pytest.raises(PodsBenchError) as error:
+        pc.collect(sampler)
+    assert str(error.value) == (
+        "allocation.pilot_commit: 0 of the 2 groups a step trains on after drawing every one of the 12 training "
+        "prompts (too few piloted prompts had a pass rate in the window)"
+    )
+    assert [k for _, k in sampler.calls_made] == [6, 2] * 5  # commit (nothing buffered), then 3 pilots
 
 
 def scripted_pilot(prompt: int, step: int) -> Groups:
