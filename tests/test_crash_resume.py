@@ -22,11 +22,13 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.processes import session_processes, still_running_after
+from tests.processes import kill_tree, session_processes, still_running_after
 from tests.tiny_runs import read_lines, tiny_run, without_timings
 
 pytestmark = pytest.mark.slow
@@ -65,16 +67,32 @@ def kill_plan(seed: int) -> list[str]:
     return plan
 
 
-def start_training(config_path, env_extra: dict | None = None) -> subprocess.Popen:
+def start_training(config_path, env_extra: dict | None = None, output=None) -> subprocess.Popen:
+    """`pods-bench train` on one torch thread; its output piped, or written to the open file `output`."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "pods_bench", "train", "--config", str(config_path), "--no-progress"],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=output or subprocess.PIPE,
+        stderr=subprocess.STDOUT if output else subprocess.PIPE,
         text=True,
         start_new_session=True,  # the trainer and its grading processes share a session id we can find
     )
+
+
+@contextmanager
+def straight_run_beside(config_path, log_path):
+    """The never-killed run, trained on the machine's other core while the block kills and resumes its
+    twin (each on one torch thread): finished and checked when the block ends, killed if it fails."""
+    with open(log_path, "w") as output:
+        proc = start_training(config_path, output=output)
+        try:
+            yield
+            proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                kill_tree(proc)
+    assert proc.returncode == 0, Path(log_path).read_text()[-3000:]
 
 
 def write_config(path, run_dir, data_dir):
@@ -102,30 +120,29 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
     straight_cfg = write_config(tmp_path / "straight.yaml", tmp_path / "straight", data_dir)
     killed_cfg = write_config(tmp_path / "killed.yaml", tmp_path / "killed", data_dir)
 
-    proc = start_training(straight_cfg)
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
-
     landed, orphans, torn, partial = [], [], 0, 0
-    for spec in kill_plan(SEED):
-        proc = start_training(killed_cfg, {"PODS_BENCH_KILL_AT": spec})
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == -signal.SIGKILL, (
-            f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
-        )
-        landed.append(spec)
-        left = aftermath(tmp_path / "killed")
-        print(f"\n  {spec:>16}: torn lines {left['torn']}, partial checkpoints {left['partial_checkpoints']}", end="")
-        torn += bool(left["torn"])
-        partial += bool(left["partial_checkpoints"])
-        orphans += still_running_after(lambda: session_processes(proc.pid), 20.0)
-    assert not orphans, f"processes outlived the killed trainer: {[p.cmdline() for p in orphans]}"
-    # the dangerous states were really produced (and then repaired by the resumes)
-    assert torn >= 2 and partial >= 1, (torn, partial)
+    with straight_run_beside(straight_cfg, tmp_path / "straight.log"):
+        for spec in kill_plan(SEED):
+            proc = start_training(killed_cfg, {"PODS_BENCH_KILL_AT": spec})
+            _, err = proc.communicate(timeout=600)
+            assert proc.returncode == -signal.SIGKILL, (
+                f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
+            )
+            landed.append(spec)
+            left = aftermath(tmp_path / "killed")
+            print(
+                f"\n  {spec:>16}: torn lines {left['torn']}, partial checkpoints {left['partial_checkpoints']}", end=""
+            )
+            torn += bool(left["torn"])
+            partial += bool(left["partial_checkpoints"])
+            orphans += still_running_after(lambda: session_processes(proc.pid), 20.0)
+        assert not orphans, f"processes outlived the killed trainer: {[p.cmdline() for p in orphans]}"
+        # the dangerous states were really produced (and then repaired by the resumes)
+        assert torn >= 2 and partial >= 1, (torn, partial)
 
-    proc = start_training(killed_cfg)  # the final, uninterrupted resume
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
+        proc = start_training(killed_cfg)  # the final, uninterrupted resume
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
 
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     steps_a, steps_b = read_lines(straight / "train_log.jsonl"), read_lines(killed / "train_log.jsonl")
@@ -200,18 +217,16 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
         paths[name] = tmp_path / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump(cfg))
 
-    proc = start_training(paths["straight"])
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-3000:]
-    for spec in [f"gen:4:{GENERATION_KILL_DELAY_MS[strategy]}", "checkpoint:2:0", "update:3:50"]:
-        proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
+    with straight_run_beside(paths["straight"], tmp_path / "straight.log"):
+        for spec in [f"gen:4:{GENERATION_KILL_DELAY_MS[strategy]}", "checkpoint:2:0", "update:3:50"]:
+            proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
+            _, err = proc.communicate(timeout=900)
+            assert proc.returncode == -signal.SIGKILL, (
+                f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
+            )
+        proc = start_training(paths["killed"])
         _, err = proc.communicate(timeout=900)
-        assert proc.returncode == -signal.SIGKILL, (
-            f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
-        )
-    proc = start_training(paths["killed"])
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-3000:]
+        assert proc.returncode == 0, err[-3000:]
 
     import torch
 
