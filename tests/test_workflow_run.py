@@ -190,13 +190,13 @@ SHORT_STRATEGIES = {
 
 
 # Arms of config/strategies.yaml that the end-to-end run trains: the baseline, a strategy with state
-# across steps and a selection rule inside, groups of different sizes, and RAGEN-2's filter (batches
-# shorter than P). Every arm's config is resolved by the dry runs (tests/test_workflow.py) and every
-# strategy trains in tests/test_allocation_training.py or tests/test_results_format.py.
+# across steps and a selection rule inside, and RAGEN-2's filter (batches shorter than P). Every arm's
+# config is resolved by the dry runs (tests/test_workflow.py) and every strategy, groups of different
+# sizes (VIGOR, HORA) included, trains in tests/test_allocation_training.py or
+# tests/test_results_format.py.
 STRATEGY_ARMS_RUN = (
     "grpo_n16_m16",
     "pilot_commit_pods_n16_m8",
-    "vigor_n16_m16",
     "ragen_filter_n16_m16",
 )
 
