@@ -470,6 +470,11 @@ def check_engine(cfg: TrainConfig, engines) -> None:
         read(cfg.engine.options, "engine.options")
 
 
+def uses_fsdp(cfg: TrainConfig, processes: int) -> bool:
+    """Whether a run of `processes` processes shards its weights, gradients and optimizer state (FSDP)."""
+    return cfg.optim.fsdp and processes > 1
+
+
 def check_fsdp(cfg: TrainConfig) -> None:
     """optim.fsdp shards full fine-tuning; the combinations it was not built for are refused."""
     if not cfg.optim.fsdp:

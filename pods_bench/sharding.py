@@ -57,10 +57,6 @@ from torch.distributed.tensor import DTensor
 from pods_bench.cuda_memory import release_cached_memory
 
 
-def uses_fsdp(cfg, processes: int) -> bool:
-    return cfg.optim.fsdp and processes > 1
-
-
 def is_sharded(model) -> bool:
     return isinstance(model, FSDPModule)
 

@@ -50,7 +50,7 @@ from pods_bench import checkpoint as ckpt
 from pods_bench import model_sources, run_info
 from pods_bench import run_dir as run_folder
 from pods_bench.allocation import make_allocator
-from pods_bench.config import TrainConfig
+from pods_bench.config import TrainConfig, uses_fsdp
 from pods_bench.cuda_memory import configure_allocator, peaks_gib, release_cached_memory, reset_peaks
 from pods_bench.engines import make_engine
 from pods_bench.errors import PodsBenchError
@@ -63,7 +63,7 @@ from pods_bench.rewards import RewardFunction
 from pods_bench.run_dir import PHASES, TRAIN_LOG, StepRecord, phase_field
 from pods_bench.sampling import PromptStream, RolloutSampler, derived_seed, load_training_prompts, timed
 from pods_bench.selection import choose
-from pods_bench.sharding import gathered, is_sharded, uses_fsdp
+from pods_bench.sharding import gathered, is_sharded
 from pods_bench.update import KeptRollout, Learner, all_reduce, make_learner, update_policy
 
 # --- one step's pieces ---------------------------------------------------------------------------

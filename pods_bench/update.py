@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from pods_bench import checkpoint as ckpt
-from pods_bench.config import TrainConfig
+from pods_bench.config import TrainConfig, uses_fsdp
 from pods_bench.logprobs import head_returns_logprobs
 from pods_bench.sampling import derived_seed
-from pods_bench.sharding import is_sharded, total_norm, uses_fsdp
+from pods_bench.sharding import is_sharded, total_norm
 
 # --- sequences and log-probs ---------------------------------------------------------------------
 

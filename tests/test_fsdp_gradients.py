@@ -144,6 +144,7 @@ def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimiz
     import torch.distributed as dist
 
     from pods_bench.checkpoint import load_policy
+    from pods_bench.config import uses_fsdp
     from pods_bench.sharding import (
         broadcast_object,
         decoder_layers,
@@ -157,7 +158,6 @@ def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimiz
         shard_from_rank0,
         total_norm,
         units,
-        uses_fsdp,
     )
     from tests.test_logprobs import make_cfg
 

@@ -80,9 +80,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pods_bench.config import uses_fsdp
 from pods_bench.engines.vllm import VLLMEngineConfig
 from pods_bench.planning.architecture import ModelDims
-from pods_bench.sharding import uses_fsdp
 
 GIB = 1024**3
 RESERVED_SHARE = 0.10  # reserved over allocated memory, with expandable segments (module docstring)
