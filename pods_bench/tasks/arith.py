@@ -123,7 +123,7 @@ class ArithTask(Task):
 
     @functools.lru_cache(maxsize=16)  # noqa: B019 (tasks are few, frozen and live as long as the process)
     def _generated(self, split: str) -> tuple[Problem, ...]:
-        """The split, generated once per process (~1 s for 20,000 problems; a process that trains and
+        """The split, generated once per process (~0.6 s for 20,000 problems; a process that trains and
         evaluates, or a test process that trains many runs, loads it again and again)."""
         if split == "test":
             return tuple(self._generate("test", self.test_size, TEST_SEED, unique=True))
