@@ -20,12 +20,17 @@ CONFIG_DIR = PROJECT_ROOT / "config"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+def snakemake_command(workdir: Path, args, program: list[str] = SNAKEMAKE) -> list[str]:
+    """The command line that runs the project's workflow in `workdir` with `args`."""
+    return [*program, "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
+
+
 def snakemake(
     workdir: Path, *args: str, env: dict | None = None, timeout: int = 300, program: list[str] = SNAKEMAKE
 ) -> subprocess.CompletedProcess:
     """Run the project's workflow in `workdir` (results/ and figures/ go there)."""
     return subprocess.run(
-        [*program, "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args],
+        snakemake_command(workdir, args, program),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -30,7 +30,7 @@ import pytest
 from pods_bench.io import read_jsonl
 from tests.conftest import TEST_WARM_START, place_warm_start
 from tests.processes import kill_tree
-from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT, SNAKEFILE, SNAKEMAKE, snakemake
+from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT, SNAKEMAKE, snakemake, snakemake_command
 from tests.test_workflow_run import check_success, write_yaml
 from tests.tiny_runs import without_timings
 
@@ -101,7 +101,7 @@ def recorded(workdir) -> dict[str, float]:
 
 def start_workflow(workdir, command: list[str], env: dict, program: list[str] = SNAKEMAKE) -> subprocess.Popen:
     return subprocess.Popen(
-        [*program, "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *command],
+        snakemake_command(workdir, command, program),
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
