@@ -622,7 +622,7 @@ def measure_sharded(cfg, dims, device: str, s: dict, processes: int) -> dict:
             "peak_gen_reserved_mib": gen_reserved,
             **{k: round(v, 3) if k.endswith("_s") else v for k, v in timed.items()},
             "warmup_gen_s": round(warmup_gen_s, 3),
-            "warmup_peak_gen_mib": warmup_gen_peak,  # the prefill of every row, few decoding steps
+            "warmup_peak_gen_mib": warmup_gen_peak,  # the prompt's prefill copied to every row, few decoding steps
             "warmup_update_s": round(warmup["update_s"], 3),
             "warmup_step_s": round(warmup["step_s"], 3),
             "warmup_peak_step_mib": warmup["peak_step_mib"],  # AdamW's state allocated in this step
@@ -747,7 +747,8 @@ def sharded_part(device: str, s: dict, hardware: dict) -> Iterator[dict]:
 
 def measure_generate(cfg, dims, device: str, s: dict, rows: int) -> dict:
     """One HF generate call of `rows` rows on bf16 weights of `dims` (random): a warm-up call of
-    `warmup_tokens` new tokens (kernels; its peak is mostly the prefill's), then the timed one."""
+    `warmup_tokens` new tokens (kernels; its peak is mostly the KV cache of the prompt, prefilled once
+    and copied to every row), then the timed one."""
     import torch
 
     memory = DeviceMemory(device)
@@ -957,7 +958,7 @@ def generate_markdown(row: dict | None) -> list[str]:
         "and the decoding logits.",
         "",
         "| gen s | allocated peak MiB | reserved peak MiB | plan MiB | plan at the recipe's length MiB | "
-        "warm-up peak MiB (prefill) | plan peak per device GiB |",
+        "warm-up peak MiB (prompt KV) | plan peak per device GiB |",
         "|" + " --- |" * 7,
         f"| {dash(row.get('gen_s'))} | {dash(row.get('peak_gen_mib'))} | {dash(row.get('peak_gen_reserved_mib'))} | "
         f"{row['plan_gen_mib']} | {row['plan_gen_mib_recipe']} | {dash(row.get('warmup_peak_gen_mib'))} | "

@@ -59,6 +59,26 @@ def test_sampling_logprobs_match_the_training_forward_pass(model, tokenizer, pro
     assert worst < 1e-4, worst
 
 
+def test_rows_of_one_prompt_share_its_prefill_and_sample_as_with_their_own(model, tokenizer, prompts, monkeypatch):
+    """A batch runs each distinct prompt through the model once and copies its KV cache to the rows
+    holding it; the rows then sample exactly as after a prefill of their own."""
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=16, seed=5)
+    engine = HFEngine(model, tokenizer, max_batch=4)  # 3 prompts x 3 rows: (p0 p0 p0 p1) (p1 p1 p2 p2) (p2)
+    shapes = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    shared = engine.generate(prompts, 3, sampling)
+    hook.remove()
+    # passes wider than one token: a row per distinct prompt of each batch; the one-row batch prefills itself
+    assert [rows for rows, width in shapes if width > 1] == [2, 2, 1], shapes
+    monkeypatch.setattr(HFEngine, "prefill_shared_prompts", lambda self, rows, batch: None)
+    own = engine.generate(prompts, 3, sampling)
+    assert shared.completion_ids == own.completion_ids
+    for a, b in zip(sum(shared.logprobs, []), sum(own.logprobs, [])):
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
+
+
 def test_sampling_is_seeded_and_leaves_the_global_rng_alone(model, tokenizer, prompts):
     engine = HFEngine(model, tokenizer)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=16, seed=11)

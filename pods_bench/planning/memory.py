@@ -31,7 +31,9 @@ R (P + C) x 2 layers x kv width x c bytes, and at each decode step torch.cat mak
 copy before freeing the old one (one layer's cache more, briefly). The prefill runs all R P prompt
 tokens through a block at once: the MLP holds silu(gate), up and their product (3 f) beside the normed
 input, the residual stream and the attention output (3 h), c bytes each, so R P c (3 f + 3 h) on top
-of the prompt's KV. A decode step (logits of the last position only) holds R x vocabulary entries:
+of the prompt's KV. That is an evaluation call's prefill (R distinct prompts); a training call's n
+rows of a prompt share one prefill, copied to the rows (pods_bench/engines/hf.py), so the R-row count
+bounds both. A decode step (logits of the last position only) holds R x vocabulary entries:
 the compute-dtype logits and DECODE_FLOAT32_COPIES float32 tensors (their float32 copy, the
 temperature-scaled scores, the engine's log-softmax of the previous step and of this one
 (pods_bench/engines/hf.py), the top-k-masked scores and the softmax probabilities). The larger of
