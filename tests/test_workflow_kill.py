@@ -22,6 +22,7 @@ import stat
 import subprocess
 import time
 from base64 import urlsafe_b64encode
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -121,6 +122,30 @@ def wait_until(condition, proc: subprocess.Popen, timeout_s: float = 600):
     return found
 
 
+@contextmanager
+def reference_workflow_beside(workdir, command: list[str], env: dict):
+    """The never-killed workflow, run in `workdir` while the block kills and reruns its twin: its jobs
+    share the cores with the twin's (records do not depend on time: budgets are in steps, each job on
+    one torch thread). Checked for success when the block ends; killed if the block fails."""
+    logs = {name: workdir.parent / f"reference.{name}" for name in ("stdout", "stderr")}
+    with open(logs["stdout"], "w") as stdout, open(logs["stderr"], "w") as stderr:
+        proc = subprocess.Popen(
+            snakemake_command(workdir, command),
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # out of reach of the kills aimed at the twin
+        )
+        try:
+            yield
+            proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                kill_tree(proc)
+    out = {name: path.read_text() for name, path in logs.items()}
+    check_success(subprocess.CompletedProcess(proc.args, proc.returncode, out["stdout"], out["stderr"]), "smoke")
+
+
 def unlock(workdir, configs: list[str]) -> None:
     out = snakemake(workdir, "--profile", PROFILE, *configs, "--unlock")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -137,64 +162,66 @@ def test_a_killed_workflow_reruns_only_the_missing_jobs_and_reaches_the_same_res
     # the documented command, on 2 cores whatever the machine: two jobs at a time, as the kills expect
     command = ["--profile", PROFILE, "--cores", "2", *configs]
 
-    check_success(snakemake(reference, *command, env=env, timeout=900), "smoke")
+    # the never-killed twin runs beside the kills (jobs 4 at a time on 2 cores; results do not depend on time)
+    with reference_workflow_beside(reference, command, env):
+        # 1. SIGKILL to Snakemake and every job once a training job has finished and another is under way
+        runs = killed / "results" / "smoke" / "runs"
+        proc = start_workflow(killed, command, env)
+        wait_until(
+            lambda: (
+                any(k.endswith("train.done") for k in recorded(killed))
+                and any(
+                    (runs / r / "train_log.jsonl").exists() and not (runs / r / "train.done").exists() for r in RUNS
+                )
+            ),
+            proc,
+        )
+        assert not kill_tree(proc)[1]  # Snakemake and every job process; nothing survived
+        done_before = recorded(killed)
+        interrupted = [r for r in RUNS if (runs / r / "run.json").exists() and f"{r}/train.done" not in done_before]
+        resumable = {
+            r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))
+            for r in interrupted
+            if list((runs / r / "checkpoints").glob("step-*"))
+        }
+        assert done_before and interrupted and len(done_before) < 2 * len(RUNS)
+        unlock(killed, configs)
 
-    # 1. SIGKILL to Snakemake and every job once a training job has finished and another is under way
-    runs = killed / "results" / "smoke" / "runs"
-    proc = start_workflow(killed, command, env)
-    wait_until(
-        lambda: (
-            any(k.endswith("train.done") for k in recorded(killed))
-            and any((runs / r / "train_log.jsonl").exists() and not (runs / r / "train.done").exists() for r in RUNS)
-        ),
-        proc,
-    )
-    assert not kill_tree(proc)[1]  # Snakemake and every job process; nothing survived
-    done_before = recorded(killed)
-    interrupted = [r for r in RUNS if (runs / r / "run.json").exists() and f"{r}/train.done" not in done_before]
-    resumable = {
-        r: max(p.name for p in (runs / r / "checkpoints").glob("step-*"))
-        for r in interrupted
-        if list((runs / r / "checkpoints").glob("step-*"))
-    }
-    assert done_before and interrupted and len(done_before) < 2 * len(RUNS)
-    unlock(killed, configs)
+        # 2. the same command, killed between a training job's marker and Snakemake's record of the job.
+        # Once this Snakemake has started a training job (its records of earlier jobs are read), a FIFO in
+        # place of each missing marker's metadata record: the first training job to end leaves Snakemake
+        # waiting to read its record, with the marker written and the job still marked incomplete.
+        pending = [r for r in RUNS if not (runs / r / "train.done").exists()]
+        started_at = time.time()
+        proc = start_workflow(killed, command, env)
+        wait_until(
+            lambda: any(
+                record.exists() and record.stat().st_mtime >= started_at
+                for record in (snakemake_record(killed, "incomplete", train_marker(r)) for r in pending)
+            ),
+            proc,
+        )
+        fifos = [snakemake_record(killed, "metadata", train_marker(r)) for r in pending]
+        for fifo in fifos:
+            fifo.parent.mkdir(parents=True, exist_ok=True)
+            os.mkfifo(fifo)
+        held = wait_until(lambda: [r for r in pending if (runs / r / "train.done").exists()], proc)[0]
+        assert not kill_tree(proc)[1]
+        assert all(stat.S_ISFIFO(fifo.stat().st_mode) for fifo in fifos)  # no record was written in their place
+        for fifo in fifos:
+            fifo.unlink()
+        assert snakemake_record(killed, "incomplete", train_marker(held)).exists(), "the kill missed the window"
+        held_marker = markers(killed)[f"{held}/train.done"]
+        unlock(killed, configs)
 
-    # 2. the same command, killed between a training job's marker and Snakemake's record of the job.
-    # Once this Snakemake has started a training job (its records of earlier jobs are read), a FIFO in
-    # place of each missing marker's metadata record: the first training job to end leaves Snakemake
-    # waiting to read its record, with the marker written and the job still marked incomplete.
-    pending = [r for r in RUNS if not (runs / r / "train.done").exists()]
-    started_at = time.time()
-    proc = start_workflow(killed, command, env)
-    wait_until(
-        lambda: any(
-            record.exists() and record.stat().st_mtime >= started_at
-            for record in (snakemake_record(killed, "incomplete", train_marker(r)) for r in pending)
-        ),
-        proc,
-    )
-    fifos = [snakemake_record(killed, "metadata", train_marker(r)) for r in pending]
-    for fifo in fifos:
-        fifo.parent.mkdir(parents=True, exist_ok=True)
-        os.mkfifo(fifo)
-    held = wait_until(lambda: [r for r in pending if (runs / r / "train.done").exists()], proc)[0]
-    assert not kill_tree(proc)[1]
-    assert all(stat.S_ISFIFO(fifo.stat().st_mode) for fifo in fifos)  # no record was written in their place
-    for fifo in fifos:
-        fifo.unlink()
-    assert snakemake_record(killed, "incomplete", train_marker(held)).exists(), "the kill missed the window"
-    held_marker = markers(killed)[f"{held}/train.done"]
-    unlock(killed, configs)
-
-    # 3. the same command completes the workflow
-    rerun = snakemake(killed, *command, env=env, timeout=900)
-    check_success(rerun, "smoke")
-    print(
-        f"\nworkflow killed with {len(done_before)} of {2 * len(RUNS)} run jobs done, "
-        f"training interrupted in {interrupted}, resumed from {resumable}; "
-        f"killed again between {held}'s marker and its record"
-    )
+        # 3. the same command completes the workflow
+        rerun = snakemake(killed, *command, env=env, timeout=900)
+        check_success(rerun, "smoke")
+        print(
+            f"\nworkflow killed with {len(done_before)} of {2 * len(RUNS)} run jobs done, "
+            f"training interrupted in {interrupted}, resumed from {resumable}; "
+            f"killed again between {held}'s marker and its record"
+        )
 
     # only the missing jobs ran again: finished jobs' markers are untouched; the job killed in the
     # window ran again (rerun-incomplete), and its run, trained to the end, resumed from its last checkpoint
