@@ -202,7 +202,8 @@ def overlay(hardware: str, steps: int) -> dict:
             "budget": {"max_train_time_s": None, "max_steps": steps},
             "eval": {"n_problems": 2, "repeats": 1, "max_new_tokens": 12},
         },
-        "resources": {"train": {"runtime_min": 20}},
+        # the run's one job at a time gets both cores (the paper's settings give a CPU job one)
+        "resources": {"train": {"runtime_min": 20, "cpus": 2}, "evaluate": {"cpus": 2}},
     }
 
 
