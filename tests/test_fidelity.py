@@ -762,7 +762,7 @@ ROWS = [
         R1_TRAINER + "L909-917,L986-994 (one generate call for a process's n x gas = 512 rows)",
         ours=256,
         why="memory: one 512-row call of the 7B model (512 prompt tokens) needs ~47 GiB for its prefill "
-        "beside 14 GiB of gathered bf16 weights, and the plan puts the arm at 81.5 GiB of 80; two calls of 256 "
+        "(an evaluation call's 512 distinct prompts; a training call's rows share their prompt's prefill) beside 14 GiB of gathered bf16 weights, and the plan puts the arm at 81.5 GiB of 80; two calls of 256 "
         "rows halve the KV cache and the prefill (plan 55.7 GiB). The same rows are sampled, in two calls "
         "(HF generate's sampled tokens depend on the batch they are drawn in)",
         shows=("accumulated_local_batch = self._generate_and_score_completions", "unwrapped_model.generate("),
