@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -192,17 +193,13 @@ STRATEGY_SETTINGS = {
 }
 
 
-# the most state (greso: test_allocation_training.py); VIGOR and HORA keep none between steps, but
-# a kill inside a step's rounds of sampling must resume as if it never happened
-@pytest.mark.parametrize("strategy", ["pilot_commit", "vigor", "hora"])
-def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_model_dir, strategy):
-    """A strategy (Pilot-Commit's buffer of pilot rollouts and its evicted prompts; VIGOR's and
-    HORA's rounds within a step) killed 3 times: the resumed run's log, final state and weights equal
-    a straight run's. The warm-started model, so that groups are mixed and the state fills."""
+def kill_and_resume(strategy: str, folder: Path, data_dir, smoke_model_dir) -> Path:
+    """A straight run of `strategy` in folder/straight, and its twin in folder/killed killed 3 times
+    and resumed (the straight run beside the kills); `folder`."""
     paths = {}
     for name in ("straight", "killed"):
         cfg = tiny_run(
-            tmp_path / name,
+            folder / name,
             data_dir=str(data_dir),
             model={"name": str(smoke_model_dir)},
             task={"name": "arith", "system_prompt": "", "limit": 24},
@@ -214,10 +211,10 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
             **STRATEGY_SETTINGS[strategy],
         )
         cfg.setdefault("allocation", {})["strategy"] = strategy
-        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name] = folder / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump(cfg))
 
-    with straight_run_beside(paths["straight"], tmp_path / "straight.log"):
+    with straight_run_beside(paths["straight"], folder / "straight.log"):
         for spec in [f"gen:4:{GENERATION_KILL_DELAY_MS[strategy]}", "checkpoint:2:0", "update:3:50"]:
             proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
             _, err = proc.communicate(timeout=900)
@@ -227,10 +224,35 @@ def test_kill_9_resumes_the_allocation_state_exactly(tmp_path, data_dir, smoke_m
         proc = start_training(paths["killed"])
         _, err = proc.communicate(timeout=900)
         assert proc.returncode == 0, err[-3000:]
+    return folder
 
+
+@pytest.fixture(scope="module")
+def allocation_runs(tmp_path_factory, data_dir, smoke_model_dir) -> dict[str, Future]:
+    """Every strategy's straight and killed runs, the strategies side by side: one-thread trainers
+    started one after another leave a core idle (measured: 1.2 cores busy per strategy alone), and
+    no record depends on time. strategy -> the future of its folder; a strategy's failure is raised
+    in its own test."""
+    with ThreadPoolExecutor(max_workers=len(STRATEGY_SETTINGS)) as pool:
+        return {
+            strategy: pool.submit(
+                kill_and_resume, strategy, tmp_path_factory.mktemp(strategy), data_dir, smoke_model_dir
+            )
+            for strategy in STRATEGY_SETTINGS
+        }
+
+
+# the most state (greso: test_allocation_training.py); VIGOR and HORA keep none between steps, but
+# a kill inside a step's rounds of sampling must resume as if it never happened
+@pytest.mark.parametrize("strategy", list(STRATEGY_SETTINGS))
+def test_kill_9_resumes_the_allocation_state_exactly(allocation_runs, strategy):
+    """A strategy (Pilot-Commit's buffer of pilot rollouts and its evicted prompts; VIGOR's and
+    HORA's rounds within a step) killed 3 times: the resumed run's log, final state and weights equal
+    a straight run's. The warm-started model, so that groups are mixed and the state fills."""
+    folder = allocation_runs[strategy].result()
     import torch
 
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    straight, killed = folder / "straight", folder / "killed"
     assert without_timings(read_lines(killed / "train_log.jsonl")) == without_timings(
         read_lines(straight / "train_log.jsonl")
     )
