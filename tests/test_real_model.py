@@ -17,6 +17,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -183,11 +184,12 @@ def test_vllm_samples_smollm2_with_the_trainers_log_probs(smollm2):
 
 # The paper's configs with SmolLM2 in place of Qwen2.5-3B: one seed, one step of short completions,
 # two evaluation problems; the rest of each recipe (LoRA r 64, lr, temperature, rewards, prompts) as
-# configured. GSM8K's PODS arm on one process; MATH's GRPO arm on two (gloo), each process its share
-# of the prompts. One arm each (the other arm of a config runs the same code with other n, m): both
-# kinds of arm, both process counts, in half the time of every arm of both. One step: GSM8K's 64
-# rollouts of a ~140-token prompt take ~85 s a step on 2 cores, and a second step runs the same code
-# again (several steps, checkpoints and resumes: the tiny-model workflow tests).
+# configured. GSM8K's PODS arm on one process, evaluated on the config's three benchmarks; MATH's GRPO
+# arm on two (gloo), each process its share of the prompts, evaluated on MATH-500. One arm each (the
+# other arm of a config runs the same code with other n, m; the dry runs check every arm's command
+# line): both kinds of arm, both process counts, in half the time of every arm of both. One step:
+# GSM8K's 64 rollouts of a ~140-token prompt take ~50 s a step on 2 cores, and a second step runs the
+# same code again (several steps, checkpoints and resumes: the tiny-model workflow tests).
 def overlay(hardware: str, steps: int) -> dict:
     """The experiment-config overlay that swaps the model and shortens the run."""
     return {
@@ -208,14 +210,17 @@ def overlay(hardware: str, steps: int) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("experiment", "arm", "hardware", "eval_set"),
-    [("gsm8k_main", "pods_n64_m16", "cpu", "gsm8k"), ("math_main", "grpo_n8_m8", "cpu_ddp", "math500")],
+    ("experiment", "arm", "hardware", "eval_sets"),
+    [
+        ("gsm8k_main", "pods_n64_m16", "cpu", ["gsm8k", "math500", "amc23"]),
+        ("math_main", "grpo_n8_m8", "cpu_ddp", ["math500"]),
+    ],
 )
-def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, experiment, arm, hardware, eval_set):
+def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, experiment, arm, hardware, eval_sets):
     config = yaml.safe_load((CONFIG_DIR / f"{experiment}.yaml").read_text())
     config = {**config, "arms": {arm: config["arms"][arm]}, "analysis": {**config["analysis"], "baseline": arm}}
     settings = overlay(hardware, steps=1)
-    settings["eval_benchmarks"] = [eval_set]
+    settings["eval_benchmarks"] = eval_sets
     (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(config))
     override = tmp_path / "smollm2.yaml"
     override.write_text(yaml.safe_dump(settings))
@@ -230,19 +235,37 @@ def test_the_paper_config_runs_end_to_end_with_smollm2(tmp_path, data_dir, exper
         timeout=1500,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    run_dirs = list((tmp_path / "results" / experiment / "runs").glob("*/seed1"))
+    assert f"pods-bench: experiment {experiment} is complete." in out.stdout
+    exp = tmp_path / "results" / experiment
+    run_dirs = list((exp / "runs").glob("*/seed1"))
     assert [d.parent.name for d in run_dirs] == [arm]
     for run_dir in run_dirs:
         run = json.loads((run_dir / "run.json").read_text())
         assert run["status"] == "finished" and run["hardware"]["world_size"] == (2 if hardware == "cpu_ddp" else 1)
         assert run["model_source"]["sha256"] == resolve(SMOLLM2).record["sha256"]
-        assert run["config"]["lora"]["enabled"] and run["config"]["model"]["name"] == SMOLLM2
+        cfg = run["config"]
+        assert cfg["lora"]["enabled"] and cfg["model"]["name"] == SMOLLM2
+        # the arm's settings and the paper's recipe reached the trainer
+        n, m, rule = (config["arms"][arm][k] for k in ("n", "m", "rule"))
+        assert (cfg["selection"]["rule"], cfg["selection"]["n"], cfg["selection"]["m"]) == (rule, n, m)
+        assert (cfg["experiment"], cfg["arm"], cfg["seed"]) == (experiment, arm, 1)
+        assert cfg["task"]["name"] == config["benchmark"] and cfg["lora"]["r"] == 64 and cfg["optim"]["lr"] == 5e-6
+        assert cfg["sampling"]["temperature"] == 0.9 and cfg["budget"]["checkpoint_every_s"] == 1800
         steps = read_jsonl(run_dir / "train_log.jsonl")
         assert [s["step"] for s in steps] == [1]
-        n, m = config["arms"][arm]["n"], config["arms"][arm]["m"]
         assert all((s["n"], s["m"], s["rollouts_not_trained"]) == (n, m, s["prompts"] * (n - m)) for s in steps)
         assert all(s["generated_tokens"] > 0 and s["grad_norm"] >= 0 and s["reward_failures"] == 0 for s in steps)
+        # evaluated by the separate evaluation job on every benchmark, from the start point on
         records = read_jsonl(run_dir / "eval.jsonl")
-        assert {r["benchmark"] for r in records} == {eval_set} and {r["step"] for r in records} == {0, 1}
+        assert {r["benchmark"] for r in records} == set(eval_sets) and {r["step"] for r in records} == {0, 1}
         for record in records:
             assert record["n_problems"] == 2 and all(e["completion"] for e in record["examples"])
+    # the experiment's tables, figures and manifest
+    assert set(pd.read_csv(exp / "summary" / "speedups.csv")["arm"]) == {arm}
+    for table in ("curves.csv", "step_times.csv", "speedups.md", "speedups.tex"):
+        assert (exp / "summary" / table).stat().st_size > 0
+    assert list((tmp_path / "figures" / experiment).glob("*.png"))
+    manifest = yaml.safe_load((exp / "summary" / "manifest.yaml").read_text())
+    assert manifest["hardware_setup"]["name"] == hardware
+    assert [r["arm"] for r in manifest["runs"]] == [arm]
+    assert all(r["status"] == "finished" and r["versions"] for r in manifest["runs"])

@@ -1,6 +1,6 @@
-"""The workflow end to end on CPU: a paper setting with its model swapped for the tiny one, and a
-shortened smoke replication up to its HTML report. Real jobs: pretraining, training, evaluation,
-aggregation, plots, manifest."""
+"""The workflow end to end on CPU: a shortened smoke replication up to its HTML report, and the
+allocation-strategies benchmark. Real jobs: pretraining, training, evaluation, aggregation, plots,
+manifest. (The paper settings end to end, with a real model: tests/test_real_model.py.)"""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from tests.test_workflow import CONFIG_DIR, snakemake
 
 pytestmark = pytest.mark.slow
 
-# The paper's GSM8K setting as configured (LoRA r64, lr 5e-6, temperature 0.9, three evaluation
-# benchmarks, both arms), with a randomly initialised tiny model, one seed and two steps, so that it
-# runs on CPU in about a minute.
+# The paper's GSM8K setting as configured, with a randomly initialised tiny model, one seed and one
+# step: the SLURM test's GPU-setup job (tests/test_workflow_slurm.py). The paper settings run end to
+# end with a real model in tests/test_real_model.py.
 TINY_MODEL = {
     "hardware": "cpu",
     "seeds": [1],
@@ -58,49 +58,6 @@ def write_yaml(path, data):
 def check_success(out, experiment: str) -> None:
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert f"pods-bench: experiment {experiment} is complete." in out.stdout
-
-
-def test_paper_setting_end_to_end_with_the_tiny_model(tmp_path, data_dir):
-    override = write_yaml(tmp_path / "tiny.yaml", TINY_MODEL)
-    out = snakemake(
-        tmp_path,
-        "--cores",
-        "2",
-        "--configfile",
-        str(CONFIG_DIR / "gsm8k_main.yaml"),
-        override,
-        env={"PODS_BENCH_DATA_DIR": str(data_dir)},
-        timeout=900,
-    )
-    check_success(out, "gsm8k_main")
-
-    exp = tmp_path / "results" / "gsm8k_main"
-    arms = {"grpo_n16_m16": ("all", 16, 16), "pods_n64_m16": ("max_variance", 64, 16)}
-    for arm, (rule, n, m) in arms.items():
-        run_dir = exp / "runs" / arm / "seed1"
-        run = json.loads((run_dir / "run.json").read_text())
-        assert run["status"] == "finished"
-        cfg = run["config"]
-        # the arm's settings and the paper's recipe reached the trainer
-        assert (cfg["selection"]["rule"], cfg["selection"]["n"], cfg["selection"]["m"]) == (rule, n, m)
-        assert (cfg["experiment"], cfg["arm"], cfg["seed"], cfg["task"]["name"]) == ("gsm8k_main", arm, 1, "gsm8k")
-        assert cfg["lora"]["enabled"] and cfg["lora"]["r"] == 64 and cfg["optim"]["lr"] == 5e-6
-        assert cfg["sampling"]["temperature"] == 0.9 and cfg["budget"]["checkpoint_every_s"] == 1800
-        # evaluated by the separate evaluation job on all three benchmarks, from the start point on
-        records = read_jsonl(run_dir / "eval.jsonl")
-        assert {r["benchmark"] for r in records} == {"gsm8k", "math500", "amc23"}
-        assert {r["step"] for r in records} >= {0, 1}
-        assert all(len(r["answer_acc"]) == 2 for r in records)
-
-    speedups = pd.read_csv(exp / "summary" / "speedups.csv")
-    assert set(speedups["arm"]) == set(arms)
-    for table in ("curves.csv", "step_times.csv", "speedups.md", "speedups.tex"):
-        assert (exp / "summary" / table).stat().st_size > 0
-    assert list((tmp_path / "figures" / "gsm8k_main").glob("*.png"))
-    manifest = yaml.safe_load((exp / "summary" / "manifest.yaml").read_text())
-    assert manifest["hardware_setup"]["name"] == "cpu"
-    assert sorted(r["arm"] for r in manifest["runs"]) == sorted(arms)
-    assert all(r["status"] == "finished" and r["versions"] for r in manifest["runs"])
 
 
 def check_seeds_ran_side_by_side(runs: Path, arms: list[str], seeds: list[int], finished: str) -> None:
