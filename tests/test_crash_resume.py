@@ -117,35 +117,42 @@ def keys(records: list[dict], fields: tuple[str, ...]) -> list[tuple]:
     return [tuple(r[f] for f in fields) for r in records]
 
 
-def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(tmp_path, data_dir):
-    straight_cfg = write_config(tmp_path / "straight.yaml", tmp_path / "straight", data_dir)
-    killed_cfg = write_config(tmp_path / "killed.yaml", tmp_path / "killed", data_dir)
-
-    landed, orphans, torn, partial = [], [], 0, 0
-    with straight_run_beside(straight_cfg, tmp_path / "straight.log"):
+def kill_at_ten_moments(folder: Path, data_dir) -> dict:
+    """The run in folder/killed killed at every moment of `kill_plan` and resumed each time, a run
+    never killed in folder/straight beside it: what each kill left behind."""
+    straight_cfg = write_config(folder / "straight.yaml", folder / "straight", data_dir)
+    killed_cfg = write_config(folder / "killed.yaml", folder / "killed", data_dir)
+    kills = []
+    with straight_run_beside(straight_cfg, folder / "straight.log"):
         for spec in kill_plan(SEED):
             proc = start_training(killed_cfg, {"PODS_BENCH_KILL_AT": spec})
             _, err = proc.communicate(timeout=600)
             assert proc.returncode == -signal.SIGKILL, (
                 f"{spec}: the run was not killed (exit {proc.returncode}); {err[-2000:]}"
             )
-            landed.append(spec)
-            left = aftermath(tmp_path / "killed")
-            print(
-                f"\n  {spec:>16}: torn lines {left['torn']}, partial checkpoints {left['partial_checkpoints']}", end=""
-            )
-            torn += bool(left["torn"])
-            partial += bool(left["partial_checkpoints"])
-            orphans += still_running_after(lambda: session_processes(proc.pid), 20.0)
-        assert not orphans, f"processes outlived the killed trainer: {[p.cmdline() for p in orphans]}"
-        # the dangerous states were really produced (and then repaired by the resumes)
-        assert torn >= 2 and partial >= 1, (torn, partial)
-
+            orphans = still_running_after(lambda: session_processes(proc.pid), 20.0)
+            assert not orphans, f"{spec}: processes outlived the killed trainer: {[p.cmdline() for p in orphans]}"
+            kills.append({"spec": spec, **aftermath(folder / "killed")})
         proc = start_training(killed_cfg)  # the final, uninterrupted resume
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
+    return {"folder": folder, "kills": kills}
 
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
+
+def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(kill_chains):
+    chain = kill_chains["ten_moments"].result()
+    for kill in chain["kills"]:
+        print(
+            f"\n  {kill['spec']:>16}: torn lines {kill['torn']}, partial checkpoints {kill['partial_checkpoints']}",
+            end="",
+        )
+    landed = [kill["spec"] for kill in chain["kills"]]
+    torn = sum(bool(kill["torn"]) for kill in chain["kills"])
+    partial = sum(bool(kill["partial_checkpoints"]) for kill in chain["kills"])
+    # the dangerous states were really produced (and then repaired by the resumes)
+    assert torn >= 2 and partial >= 1, (torn, partial)
+
+    straight, killed = chain["folder"] / "straight", chain["folder"] / "killed"
     steps_a, steps_b = read_lines(straight / "train_log.jsonl"), read_lines(killed / "train_log.jsonl")
     evals_a, evals_b = read_lines(straight / "eval.jsonl"), read_lines(killed / "eval.jsonl")
     step_keys, eval_keys = keys(steps_b, ("step",)), keys(evals_b, ("checkpoint", "benchmark"))
@@ -228,28 +235,27 @@ def kill_and_resume(strategy: str, folder: Path, data_dir, smoke_model_dir) -> P
 
 
 @pytest.fixture(scope="module")
-def allocation_runs(tmp_path_factory, data_dir, smoke_model_dir) -> dict[str, Future]:
-    """Every strategy's straight and killed runs, the strategies side by side: one-thread trainers
-    started one after another leave a core idle (measured: 1.2 cores busy per strategy alone), and
-    no record depends on time. strategy -> the future of its folder; a strategy's failure is raised
-    in its own test."""
-    with ThreadPoolExecutor(max_workers=len(STRATEGY_SETTINGS)) as pool:
-        return {
-            strategy: pool.submit(
-                kill_and_resume, strategy, tmp_path_factory.mktemp(strategy), data_dir, smoke_model_dir
-            )
-            for strategy in STRATEGY_SETTINGS
-        }
+def kill_chains(tmp_path_factory, data_dir, smoke_model_dir) -> dict[str, Future]:
+    """Every kill -9 chain of this file with its straight twin, the chains side by side: one-thread
+    trainers started one after another kept 0.9-1.2 of 2 cores busy (measured), and no record
+    depends on time. "ten_moments" or a strategy -> the future of its chain's result; a chain's
+    failure is raised in its own test."""
+    with ThreadPoolExecutor(max_workers=1 + len(STRATEGY_SETTINGS)) as pool:
+        chains = {"ten_moments": pool.submit(kill_at_ten_moments, tmp_path_factory.mktemp("ten_moments"), data_dir)}
+        for strategy in STRATEGY_SETTINGS:
+            folder = tmp_path_factory.mktemp(strategy)
+            chains[strategy] = pool.submit(kill_and_resume, strategy, folder, data_dir, smoke_model_dir)
+        return chains
 
 
 # the most state (greso: test_allocation_training.py); VIGOR and HORA keep none between steps, but
 # a kill inside a step's rounds of sampling must resume as if it never happened
 @pytest.mark.parametrize("strategy", list(STRATEGY_SETTINGS))
-def test_kill_9_resumes_the_allocation_state_exactly(allocation_runs, strategy):
+def test_kill_9_resumes_the_allocation_state_exactly(kill_chains, strategy):
     """A strategy (Pilot-Commit's buffer of pilot rollouts and its evicted prompts; VIGOR's and
     HORA's rounds within a step) killed 3 times: the resumed run's log, final state and weights equal
     a straight run's. The warm-started model, so that groups are mixed and the state fills."""
-    folder = allocation_runs[strategy].result()
+    folder = kill_chains[strategy].result()
     import torch
 
     straight, killed = folder / "straight", folder / "killed"
