@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 import yaml
@@ -79,15 +80,19 @@ def test_an_exception_mid_evaluation_shuts_the_pool_down(tmp_path, monkeypatch):
     assert not (run_dir / "eval.jsonl").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "sig, code, message",
-    [(signal.SIGINT, 130, "pods-bench: interrupted"), (signal.SIGTERM, 143, "pods-bench: terminated (SIGTERM)")],
-)
-def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code, message):
-    config = tmp_path / "train.yaml"
+SIGNALS = {
+    "SIGINT": (signal.SIGINT, 130, "pods-bench: interrupted"),
+    "SIGTERM": (signal.SIGTERM, 143, "pods-bench: terminated (SIGTERM)"),
+}
+
+
+def stop_and_resume(folder, sig) -> dict:
+    """`pods-bench train` from an interactive shell, sent `sig` once it has logged two steps, then
+    the same command again: the stopped trainer's exit code and stderr, what was still running 10 s
+    later, the run's status, and the resumed command's outcome."""
+    config = folder / "train.yaml"
     config.write_text(
-        yaml.safe_dump(tiny_run(tmp_path / "run", reward=WITH_POOL, budget={"max_steps": 400}, eval={"inline": False}))
+        yaml.safe_dump(tiny_run(folder / "run", reward=WITH_POOL, budget={"max_steps": 400}, eval={"inline": False}))
     )
     command = [sys.executable, "-m", "pods_bench", "train", "--config", str(config), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -95,7 +100,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code
     proc = subprocess.Popen(
         with_default_signals(command), env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    log = tmp_path / "run/train_log.jsonl"
+    log = folder / "run/train_log.jsonl"
     deadline = time.monotonic() + 120
     while not (log.exists() and log.read_text().count("\n") >= 2):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
@@ -105,14 +110,35 @@ def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(tmp_path, sig, code
         pytest.fail(f"the trainer has no handler for {sig.name} (SigCgt in /proc/{proc.pid}/status)")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-
-    assert proc.returncode == code, err[-2000:]
-    assert err.strip().splitlines()[-1] == message and "Traceback" not in err
-    stopped_at = json.loads((tmp_path / "run/run.json").read_text())
-    assert stopped_at["status"] == "stopped"
-    assert still_running_after(lambda: session_processes(proc.pid), 10.0) == []  # the grading worker too
-
+    stopped = {
+        "code": proc.returncode,
+        "stderr": err,
+        "left_running": still_running_after(lambda: session_processes(proc.pid), 10.0),  # the grading worker too
+        "status": json.loads((folder / "run/run.json").read_text())["status"],
+    }
     # rerunning the command resumes from the last checkpoint (step 0 here) and finishes
     resumed = subprocess.run(command + ["--set", "budget.max_steps=3"], env=env, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert [r["step"] for r in read_lines(log)] == [1, 2, 3]
+    return {**stopped, "resumed": resumed, "steps": [r["step"] for r in read_lines(log)]}
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tmp_path_factory) -> dict[str, Future]:
+    """Both signals' runs side by side (one-thread trainers); signal name -> the future of its outcome."""
+    with ThreadPoolExecutor(max_workers=len(SIGNALS)) as pool:
+        return {
+            name: pool.submit(stop_and_resume, tmp_path_factory.mktemp(name), sig)
+            for name, (sig, _, _) in SIGNALS.items()
+        }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_ctrl_c_and_sigterm_stop_cleanly_and_the_run_resumes(stopped_runs, name):
+    _, code, message = SIGNALS[name]
+    outcome = stopped_runs[name].result()
+    assert outcome["code"] == code, outcome["stderr"][-2000:]
+    assert outcome["stderr"].strip().splitlines()[-1] == message and "Traceback" not in outcome["stderr"]
+    assert outcome["status"] == "stopped"
+    assert outcome["left_running"] == []
+    assert outcome["resumed"].returncode == 0, outcome["resumed"].stderr[-2000:]
+    assert outcome["steps"] == [1, 2, 3]
