@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import psutil
 
@@ -124,3 +125,15 @@ def kill_tree(proc: subprocess.Popen, timeout_s: float = 20.0) -> tuple[list[psu
             pass
     proc.wait()
     return tree, psutil.wait_procs(tree, timeout=timeout_s)[1]
+
+
+@contextmanager
+def running_beside(proc: subprocess.Popen, timeout_s: float = 900) -> Iterator[subprocess.Popen]:
+    """`proc` runs while the block does: waited for when the block ends, and its whole process tree
+    killed if the block fails (or the wait times out), so that no twin run outlives its test."""
+    try:
+        yield proc
+        proc.wait(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)

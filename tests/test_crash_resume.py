@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.processes import kill_tree, session_processes, still_running_after
+from tests.processes import running_beside, session_processes, still_running_after
 from tests.tiny_runs import read_lines, tiny_run, without_timings
 
 pytestmark = pytest.mark.slow
@@ -85,14 +85,8 @@ def start_training(config_path, env_extra: dict | None = None, output=None) -> s
 def straight_run_beside(config_path, log_path):
     """The never-killed run, trained on the machine's other core while the block kills and resumes its
     twin (each on one torch thread): finished and checked when the block ends, killed if it fails."""
-    with open(log_path, "w") as output:
-        proc = start_training(config_path, output=output)
-        try:
-            yield
-            proc.wait(timeout=900)
-        finally:
-            if proc.poll() is None:
-                kill_tree(proc)
+    with open(log_path, "w") as output, running_beside(start_training(config_path, output=output)) as proc:
+        yield
     assert proc.returncode == 0, Path(log_path).read_text()[-3000:]
 
 

@@ -30,7 +30,7 @@ import pytest
 
 from pods_bench.io import read_jsonl
 from tests.conftest import TEST_WARM_START, place_warm_start
-from tests.processes import kill_tree
+from tests.processes import kill_tree, running_beside
 from tests.test_workflow import CONFIG_DIR, PROJECT_ROOT, SNAKEMAKE, snakemake, snakemake_command
 from tests.test_workflow_run import check_success, write_yaml
 from tests.tiny_runs import without_timings
@@ -129,19 +129,15 @@ def reference_workflow_beside(workdir, command: list[str], env: dict):
     one torch thread). Checked for success when the block ends; killed if the block fails."""
     logs = {name: workdir.parent / f"reference.{name}" for name in ("stdout", "stderr")}
     with open(logs["stdout"], "w") as stdout, open(logs["stderr"], "w") as stderr:
-        proc = subprocess.Popen(
+        workflow = subprocess.Popen(
             snakemake_command(workdir, command),
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,  # out of reach of the kills aimed at the twin
         )
-        try:
+        with running_beside(workflow) as proc:
             yield
-            proc.wait(timeout=900)
-        finally:
-            if proc.poll() is None:
-                kill_tree(proc)
     out = {name: path.read_text() for name, path in logs.items()}
     check_success(subprocess.CompletedProcess(proc.args, proc.returncode, out["stdout"], out["stderr"]), "smoke")
 
