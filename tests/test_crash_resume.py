@@ -83,8 +83,9 @@ def start_training(config_path, env_extra: dict | None = None, output=None) -> s
 
 @contextmanager
 def straight_run_beside(config_path, log_path):
-    """The never-killed run, trained on the machine's other core while the block kills and resumes its
-    twin (each on one torch thread): finished and checked when the block ends, killed if it fails."""
+    """The never-killed run, trained while the block kills and resumes its twin (each on one torch
+    thread, beside the other chains of `kill_chains`): finished and checked when the block ends,
+    killed if it fails."""
     with open(log_path, "w") as output, running_beside(start_training(config_path, output=output)) as proc:
         yield
     assert proc.returncode == 0, Path(log_path).read_text()[-3000:]
