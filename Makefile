@@ -57,8 +57,11 @@ $(VENV)/.installed: $(VENV)/.installed-run pyproject.toml requirements/cpu.txt r
 	touch $@
 
 # trl (the bench extra) too: tests/test_integration_trl.py runs PODS inside TRL's GRPOTrainer
+# Two workers, one test file each at a time (module fixtures stay in one process), slow files first
+# (tests/conftest.py): the two cores stay busy while one worker's test waits on a subprocess or SLURM.
+TEST_WORKERS ?= 2
 test: lint bench-peer-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # profiles/slurm on a one-node SLURM started on this machine (root; installs slurm-wlm, slurmdbd, munge,
 # mariadb-server with apt-get where missing): part of `make test`, where it skips without root unless

@@ -7,6 +7,7 @@ datasets' own schema (`PODS_BENCH_DATA_DIR`, default `../shared/data` beside the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,58 @@ DATA_DIR = Path(os.environ.get("PODS_BENCH_DATA_DIR", PROJECT_ROOT.parent / "sha
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# --- running in two worker processes (`make test`: pytest-xdist, one test file per worker) ------------
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... in a worker; None in a plain run
+if XDIST_WORKER is not None:
+    # Torch's OpenMP threads wait for each other by spinning, which burns the core a descheduled peer
+    # thread needs as soon as the other worker is busy: a 2-thread pretraining of 24 s took 119 s
+    # beside one busy core, 40 s with passive waiting (25 s alone). Inherited by every process a test
+    # starts, workflow jobs included; it changes no result, only how idle threads wait.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with a slow test first, the rest after, each file's tests in their own order: the
+    workers then start on the long files and finish on short ones, so neither is left with a long
+    file at the end while the other idles. (A stable sort: both workers collect the same order.)"""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread_per_worker():
+    """Two workers on two cores: each worker's own torch work gets one thread. Two torch threads per
+    worker would stall each other as soon as the other worker is busy (OpenMP threads wait for a
+    core the other process holds). Processes a test starts choose their own threads, as before."""
+    if XDIST_WORKER is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Path:
+    """What `build(folder)` makes (a model folder, say), made once per test run. In a plain run the
+    session fixture itself is the once; with workers, the first to ask builds it in the run's shared
+    temporary folder while the others wait on a file lock, then all read where it is."""
+    if XDIST_WORKER is None:
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
+    made = shared / f"{name}.path"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not made.exists():
+            (shared / name).mkdir()
+            made.write_text(str(build(shared / name)))
+    return Path(made.read_text())
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +105,9 @@ def smoke_model_dir(tmp_path_factory) -> Path:
         # on a 2-core machine; alone, one thread is only ~1.5-2x slower.
         threads=1,
     )
-    folder, _ = pretrain(cfg, tmp_path_factory.mktemp("smoke_model") / "arith-tiny", show_progress=False)
-    return folder
+    return built_once(
+        tmp_path_factory, "smoke_model", lambda folder: pretrain(cfg, folder / "arith-tiny", show_progress=False)[0]
+    )
 
 
 # The warm start the shortened workflow tests name (warm_start: {name: arith-tiny-test, steps: 60}),
@@ -73,8 +127,9 @@ def warm_start_seed0(tmp_path_factory) -> Path:
     from pods_bench.pretrain import PretrainConfig, pretrain
 
     cfg = replace(PretrainConfig(), steps=TEST_WARM_START["steps"], seed=0)
-    folder, _ = pretrain(cfg, tmp_path_factory.mktemp("warm_start") / "seed0", show_progress=False)
-    return folder
+    return built_once(
+        tmp_path_factory, "warm_start", lambda folder: pretrain(cfg, folder / "seed0", show_progress=False)[0]
+    )
 
 
 def place_warm_start(folder: Path, workdir: Path) -> Path:

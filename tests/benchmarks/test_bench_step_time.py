@@ -38,10 +38,11 @@ def _step_times(run_dir) -> list[dict]:
     return [r for r in read_lines(run_dir / "train_log.jsonl") if (r["step"] - 1) % STEPS_PER_ROUND]
 
 
-def test_pods_step_is_cheaper_than_grpo_at_equal_rollouts(request, smoke_model_dir, tmp_path):
+def test_pods_step_is_cheaper_than_grpo_at_equal_rollouts(request, tmp_path):
     options = request.config.getoption
     if options("benchmark_disable", False) and not options("benchmark_enable", False):
         pytest.skip("step-time ratios are measured only with --benchmark-enable")
+    smoke_model_dir = request.getfixturevalue("smoke_model_dir")  # after the skip: it takes ~45 s to build
     configs = {
         arm: {
             "experiment": "bench",
