@@ -162,7 +162,9 @@ def write_train_log(out: Path, arm: str, steps: list[float], decode_width: float
             "time_select_s": 0.0,
             "time_update_s": 0.01,
             "time_sync_s": 0.0,
+            "decode_steps": decode_width,
             "decode_sequence_steps": rows * decode_width,
+            "micro_batches": 1,
             "rollouts_generated": rows,
             "completion_len_mean": decode_width,
             "update_tokens": 2 * m * 30,
@@ -210,6 +212,52 @@ def test_validation_rows_predict_held_out_arms_from_the_config_and_recompute_the
         "| grpo_n8_m8 | 8/8 | held out: n, m | 2 | 0.12 | 0.096 | -20.0 % | 0.128 | +6.7 % |",
         "| grpo_n4_m4_new4 | 4/4 | held out: sampling.max_new_tokens=4 | 2 | 0.03 | 0.032 | +6.7 % | 0.024 | -20.0 % |",
     ]
+    # the tables keep 4 decimals of a second: a coefficient 0.037 % higher moves only the 5th
+    nearly = StepTimeModel({**phases, "gen": {"decode_sequence_steps": 0.00100037}}, "", StepLengths(6.0, 5.0, 30.0))
+    rounded = lambda rows: [(r["predicted_s"], r["predicted_own_lengths_s"]) for r in rows]
+    assert rounded(validation_rows(out, arms, nearly, ["grpo_n4_m4", "pods_n8_m2"])) == rounded(rows)
+
+
+def test_the_model_is_fitted_on_the_fitted_arms_runs_alone_and_checked_on_every_arm(tmp_path):
+    import json
+
+    from pods_bench.io import read_jsonl
+    from pods_bench.planning.profile import arm_configs, fit_and_validate, validation_markdown, validation_rows
+    from pods_bench.planning.step_time import StepLengths, fit
+    from pods_bench.run_info import hardware
+
+    config, out = held_out_experiment(tmp_path), tmp_path / "profile"
+    arms = arm_configs(config, out)
+    write_train_log(out, "grpo_n4_m4", [0.05, 0.06], decode_width=8, m=4)
+    write_train_log(out, "pods_n8_m2", [0.09, 0.1, 0.11], decode_width=8, m=2)
+    write_train_log(out, "grpo_n8_m8", [0.4, 0.5], decode_width=8, m=8)
+    write_train_log(out, "grpo_n4_m4_new4", [0.025, 0.035], decode_width=3, m=4)
+    fitted = ["grpo_n4_m4", "pods_n8_m2"]
+    model, rows = fit_and_validate(config, out, arms, fitted)
+
+    logs = {arm: read_jsonl(out / "runs" / arm / "train_log.jsonl") for arm in arms}
+    pooled = logs["grpo_n4_m4"] + logs["pods_n8_m2"]  # every step of the fitted arms, no other arm's
+    every_arm = [r for log in logs.values() for r in log]
+    assert model.coefficients == fit(pooled).coefficients != fit(every_arm).coefficients
+    assert model.lengths == StepLengths.from_records(pooled)
+    assert model.source == f"profile of {config} on {hardware()['label']}, fitted on grpo_n4_m4, pods_n8_m2"
+    assert rows == validation_rows(out, arms, model, fitted)
+    assert [r["role"] for r in rows] == ["fitted", "fitted", "held out: n, m", "held out: sampling.max_new_tokens=4"]
+    assert json.loads((out / "step_time_model.json").read_text()) == json.loads(json.dumps(model.to_dict()))
+    assert pd.read_csv(out / "validation.csv").to_dict("records") == rows
+    assert (out / "validation.md").read_text() == validation_markdown(rows)
+
+
+def test_the_arms_take_turns_each_round_up_to_their_share_of_the_steps():
+    from pods_bench.planning.profile import interleaved_schedule
+
+    arms = {"a": None, "b": None, "c": None}
+    assert interleaved_schedule(arms, 12, 3) == [
+        ("a", 4), ("b", 4), ("c", 4), ("a", 8), ("b", 8), ("c", 8), ("a", 12), ("b", 12), ("c", 12),
+    ]  # fmt: skip
+    # rounds that do not divide the steps: the floor of each round's share, the last round all of them
+    assert interleaved_schedule({"a": None}, 5, 2) == [("a", 2), ("a", 5)]
+    assert interleaved_schedule({"a": None}, 1, 1) == [("a", 1)]
 
 
 def test_validation_and_memory_tables_are_written_as_csv_and_markdown(tmp_path):
@@ -237,7 +285,7 @@ def test_validation_and_memory_tables_are_written_as_csv_and_markdown(tmp_path):
     )
 
 
-def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path):
+def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path, monkeypatch):
     from pods_bench.errors import PodsBenchError
     from pods_bench.planning.profile import arm_configs, profile
 
@@ -273,6 +321,19 @@ def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path):
         str(error.value),
     )
     assert len(arm_configs(config, out, check_model=False)) == 4
+    monkeypatch.chdir(tmp_path)  # the warm start's folder is relative to where the workflow runs
+    built = Path(re.fullmatch(r"the warm-started model (\S+) does not.*", str(error.value)).group(1))
+    built.mkdir(parents=True)
+    (built / "config.json").write_text("{}")  # what a built model folder has: the check passes
+    assert len(arm_configs(config, out)) == 4
+    # no warm start and no model section: the trainer's default model, nothing to check
+    experiment["warm_start"] = {"enabled": False}
+    del experiment["train"]["model"]
+    config.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    assert all("model" not in settings for settings, _, _ in arm_configs(config, out).values())
+    experiment["train"]["model"] = {"dtype": "float32"}  # a model section without a name: the same
+    config.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    assert len(arm_configs(config, out)) == 4
 
     experiment["warm_start"] = {"enabled": False}
     experiment["hardware"] = "cpu_ddp"

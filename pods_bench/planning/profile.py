@@ -61,13 +61,18 @@ def arm_configs(config_path, out: Path, check_model: bool = True) -> dict:
     }
 
 
+def interleaved_schedule(arms, steps: int, rounds: int) -> list[tuple[str, int]]:
+    """(arm, the step its run trains up to), in training order: every round takes every arm in turn,
+    round r up to steps * r // rounds steps (a resumed run continues where it stopped)."""
+    return [(arm, steps * r // rounds) for r in range(1, rounds + 1) for arm in arms]
+
+
 def run_interleaved(arms: dict, steps: int, rounds: int) -> None:
     from tqdm import tqdm
 
-    schedule = [(r, arm) for r in range(1, rounds + 1) for arm in arms]
-    for r, arm in tqdm(schedule, desc="profile", unit="run"):
+    for arm, max_steps in tqdm(interleaved_schedule(arms, steps, rounds), desc="profile", unit="run"):
         settings, overrides, _ = arms[arm]
-        train(config_from_dict(settings, [*overrides, f"budget.max_steps={steps * r // rounds}"]), progress=False)
+        train(config_from_dict(settings, [*overrides, f"budget.max_steps={max_steps}"]), progress=False)
 
 
 def arm_records(out: Path, arm: str) -> list[dict]:
@@ -165,6 +170,12 @@ def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12
     if steps < rounds or rounds < 1:
         raise PodsBenchError(f"--steps ({steps}) must be >= --rounds ({rounds}) >= 1")
     run_interleaved(arms, steps, rounds)
+    return fit_and_validate(config_path, out, arms, fitted)
+
+
+def fit_and_validate(config_path, out: Path, arms: dict, fitted: list[str]):
+    """(model, validation rows): the step-time model fitted on the `fitted` arms' runs in out/runs,
+    checked on every arm; writes out/step_time_model.json and out/validation.csv, .md."""
     records = [r for arm in fitted for r in arm_records(out, arm)]
     source = f"profile of {config_path} on {hardware()['label']}, fitted on {', '.join(fitted)}"
     model = fit(records, source)
