@@ -67,7 +67,7 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], Path]) -> Pa
     made = shared / f"{name}.path"
     with FileLock(str(shared / f"{name}.lock")):
         if not made.exists():
-            (shared / name).mkdir()
+            (shared / name).mkdir(exist_ok=True)  # left by a worker whose build failed: build again
             made.write_text(str(build(shared / name)))
     return Path(made.read_text())
 

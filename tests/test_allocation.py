@@ -115,14 +115,22 @@ def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds()
         "all correct or all wrong); raise allocation.dynamic_sampling.max_rounds (0: no limit) or set "
         "allocation.dynamic_sampling.when_short=train"
     )
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, metric="reward")
+    with pytest.raises(PodsBenchError) as error:
+        make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert "after 2 rounds (every other group's rewards were all equal); raise" in str(error.value)
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, when_short="train")
     batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
     assert len(batch) == 1 and stats["num_gen_batches"] == 2
 
     # no round limit: one pass over the data at most
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=5, max_rounds=0)
-    with pytest.raises(PodsBenchError, match=r"1 of the 2 groups .* after drawing every one of the 12 training"):
+    with pytest.raises(PodsBenchError) as error:
         make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert str(error.value) == (
+        "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after drawing every one of the 12 "
+        "training prompts (every other group was all correct or all wrong)"
+    )
 
 
 def test_dynamic_sampling_metric_correct_drops_all_wrong_groups_that_differ_only_in_format():
@@ -263,6 +271,24 @@ def test_greso_refill_round_size_follows_the_zero_variance_share():
     assert g.round_size(1, 4, 0.5) == 10  # ceil(4 / 0.5 x 1.25)
     assert g.round_size(1, 1, 0.0) == 2  # at least P / 4
     assert g.round_size(1, 8, 1.0) == 12
+    # the floor, where it binds: P // 4 = 3 above ceil(1 x 1.25) = 2; at least one prompt when P // 4 = 0
+    assert make_allocator(make_cfg("greso", P=12), NUM_PROMPTS).round_size(1, 1, 0.0) == 3
+    assert make_allocator(make_cfg("greso", P=2), NUM_PROMPTS).round_size(1, 0, 0.0) == 1
+
+
+def test_a_step_without_a_round_limit_stops_only_when_short_after_more_than_one_whole_pass():
+    from pods_bench.allocation.base import RoundsConfig, check_not_exhausted
+
+    unlimited, limited = RoundsConfig(max_rounds=0), RoundsConfig(max_rounds=3)
+    check_not_exhausted(unlimited, "x", drawn=12, num_prompts=12, have=1, want=2, why="w")  # one whole pass: not yet
+    check_not_exhausted(unlimited, "x", drawn=13, num_prompts=12, have=2, want=2, why="w")  # full: nothing to stop
+    check_not_exhausted(limited, "x", drawn=13, num_prompts=12, have=1, want=2, why="w")  # its round limit stops it
+    with pytest.raises(PodsBenchError) as error:
+        check_not_exhausted(unlimited, "x", drawn=13, num_prompts=12, have=1, want=2, why="too few varied")
+    assert str(error.value) == (
+        "allocation.x: 1 of the 2 groups a step trains on after drawing every one of the 12 training prompts "
+        "(too few varied)"
+    )
 
 
 # --- Pilot-Commit --------------------------------------------------------------------------------------
@@ -460,6 +486,22 @@ def scripted_pilot(prompt: int, step: int) -> Groups:
     )
 
 
+def test_pilot_commit_sizes_default_to_a_quarter_of_n_and_three_batches_of_prompts():
+    pc = make_allocator(make_cfg("pilot_commit", n=4, m=4, P=2), NUM_PROMPTS)
+    assert (pc.n_pilot, pc.n_commit, pc.pilot_prompts) == (1, 3, 6)  # n // 4 pilot rollouts, 3 x P prompts
+    pc = make_allocator(make_cfg("pilot_commit", n=16, m=16, P=3), NUM_PROMPTS)
+    assert (pc.n_pilot, pc.n_commit, pc.pilot_prompts) == (4, 12, 9)
+    # the ends of 1..n - 1 are accepted, 0 (a quarter of n = 3, floored) is not
+    for pilot in (1, 7):
+        assert make_allocator(make_cfg("pilot_commit", n=8, pilot_rollouts=pilot), NUM_PROMPTS).n_pilot == pilot
+    with pytest.raises(PodsBenchError) as error:
+        make_cfg("pilot_commit", n=3, m=3)
+    assert str(error.value) == (
+        "config key allocation.pilot_commit.pilot_rollouts must be in 1..selection.n - 1 = 2 "
+        "(pilot and commit rollouts make up the n of a group), got 0"
+    )
+
+
 def test_pilot_commit_bad_settings_stop_with_one_line():
     with pytest.raises(PodsBenchError) as error:
         make_cfg("pilot_commit", n=8, pilot_rollouts=8)
@@ -651,6 +693,11 @@ def test_vigor_and_hora_bad_settings_stop_with_one_line():
     make_cfg("vigor", n=16, m=16, P=8, initial_rollouts=4)  # 4 x 4 = 16: fits
     with pytest.raises(PodsBenchError, match=r"^config key allocation.vigor.keep_share must be in \(0, 1\]$"):
         make_cfg("vigor", n=8, m=8, P=8, keep_share=0)
+    for probes in (1, 7):  # the ends of 1..n - 1
+        assert (
+            make_allocator(make_cfg("hora", n=8, m=8, probe_rollouts=probes), NUM_PROMPTS).settings.probe_rollouts
+            == probes
+        )
     with pytest.raises(PodsBenchError) as error:
         make_cfg("hora", n=8, m=8, probe_rollouts=8)
     assert str(error.value) == (
@@ -769,6 +816,9 @@ def test_the_reward_variance_filter_keeps_the_highest_std_groups_worked_by_hand(
     assert kept_groups(stds, "top_k", 1.0, False) == [0, 2, 3, 4]  # zero std excluded first
     assert kept_groups([0.0, 0.0], "top_p", 0.9, False) == []  # nothing varies: nothing trains
     assert kept_groups([0.0, 0.0], "top_k", 0.1, True) == [0]  # top_k keeps at least one
+    # top_p stops once the kept stds reach value x total - 0.01 (RAGEN's selection_eps), a tie included
+    assert kept_groups([0.5, 0.5], "top_p", 0.5, False) == [0]  # 0.5 >= 0.5 x 1.0 - 0.01
+    assert kept_groups([0.25] * 4, "top_p", 0.51, False) == [0, 1]  # 0.5 == 0.51 x 1.0 - 0.01 exactly
 
 
 def test_the_reward_variance_filter_trains_a_short_batch_and_counts_why():
