@@ -89,27 +89,30 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
     with tempfile.TemporaryDirectory(prefix="pods-bench-mutation-") as scratch:
         for module in args.only or MODULES:
             result = run_module(module, MODULES[module], Path(scratch))
             c = result["counts"]
             tested = c["killed"] + c["timeout"] + c["survived"]
             score = 100 * (c["killed"] + c["timeout"]) / tested if tested else float("nan")
-            rows.append({"module": module, "tests": " ".join(MODULES[module]), **c, "score_pct": round(score, 1)})
+            row = {"module": module, "tests": " ".join(MODULES[module]), **c, "score_pct": round(score, 1)}
             name = module.replace("/", "_").replace("*", "all")
             atomic_write_text(out / f"{name}.survivors.txt", "\n".join(result["diffs"]))
+            record_score(out / "scores.csv", row)  # each module as it ends: a stopped run keeps those done
             print(f"{module}: {score:.1f} % killed ({c})", flush=True)
-    scores = out / "scores.csv"
-    old = {r["module"]: r for r in csv.DictReader(scores.open())} if scores.exists() else {}
-    old.update({r["module"]: r for r in rows})
+    return 0
+
+
+def record_score(scores: Path, row: dict) -> None:
+    """`row` in place of its module's row of scores.csv, the rows in MODULES' order."""
+    rows = {r["module"]: r for r in csv.DictReader(scores.open())} if scores.exists() else {}
+    rows[row["module"]] = row
     tmp = scores.with_suffix(".tmp")
     with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(row))
         writer.writeheader()
-        writer.writerows(old[m] for m in MODULES if m in old)
+        writer.writerows(rows[m] for m in MODULES if m in rows)
     tmp.replace(scores)
-    return 0
 
 
 if __name__ == "__main__":
