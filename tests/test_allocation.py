@@ -680,6 +680,7 @@ def test_hora_breaks_exact_ties_by_draw_order_not_by_rounding():
     assert allocate([0, 1], probes=3, extra=2) == [1, 1]  # Beta(1, 4), Beta(2, 3): 2/5, then a tie at 1/5
     assert allocate([0, 1], probes=1, extra=6) == [4, 2]
     assert allocate([4, 1], probes=4, extra=4) == [2, 2]
+    assert allocate([], probes=4, extra=4) == []  # no prompt (a rank with none): nothing to give
 
 
 def test_vigor_and_hora_bad_settings_stop_with_one_line():
