@@ -291,6 +291,28 @@ def test_a_step_without_a_round_limit_stops_only_when_short_after_more_than_one_
     )
 
 
+def test_growing_groups_refuse_outcomes_out_of_the_order_asked_for():
+    """A sampler whose outcomes come back in another order would join rollouts to the wrong group."""
+    from pods_bench.allocation.base import GrowingGroups
+
+    class Reversed(ScriptedSampler):
+        def sample(self, prompts, k, owners=None, repeats=1):
+            local, everyone = super().sample(prompts, k, owners, repeats)
+            return local, everyone[::-1]
+
+    cfg = make_cfg("hora")
+    sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5))
+    local, everyone = sampler.sample([3, 5], 2)
+    with pytest.raises(ValueError) as error:
+        GrowingGroups(sampler, [5, 3], local, everyone)
+    assert str(error.value) == "GrowingGroups: the graded groups are not those of the draw, in its order"
+    groups = GrowingGroups(sampler, [3, 5], local, everyone)
+    with pytest.raises(ValueError) as error:
+        groups.add(Reversed(cfg, sampler.rates), [0, 1], 2)
+    assert str(error.value) == "GrowingGroups: the graded groups are not those asked for, in that order"
+    assert [g.prompt for g in groups.add(sampler, [1, 0], 2)] == [5, 3]  # any order asked for, kept
+
+
 # --- Pilot-Commit --------------------------------------------------------------------------------------
 
 
