@@ -496,6 +496,23 @@ def test_pilot_commit_without_a_round_limit_stops_after_one_whole_pass_over_the_
     assert [k for _, k in sampler.calls_made] == [6, 2] * 5  # commit (nothing buffered), then 3 pilots
 
 
+def test_pilot_commit_stops_when_every_prompt_is_evicted_and_the_buffer_cannot_fill_the_batch():
+    from pods_bench.allocation.pilot_commit import Buffered
+
+    pc = make_allocator(make_cfg("pilot_commit", P=4, solve_threshold=0.9), NUM_PROMPTS)
+    pc.buffer = {7: Buffered(step=0, owner=0, pass_rate=0.5, std=0.5)}
+    pc.check_can_fill(have=1, want=4)  # prompts are left to pilot: nothing to stop yet
+    pc.evicted = set(range(NUM_PROMPTS))
+    pc.check_can_fill(have=3, want=4)  # 3 + the 1 buffered fill it
+    with pytest.raises(PodsBenchError) as error:
+        pc.check_can_fill(have=1, want=4)
+    assert str(error.value) == (
+        "allocation.pilot_commit: all 12 training prompts are evicted as solved (pilot pass rate >= "
+        "solve_threshold=0.9) and the buffer holds 1 of the 3 prompts the batch still needs; raise it, or null: "
+        "no eviction"
+    )
+
+
 def scripted_pilot(prompt: int, step: int) -> Groups:
     return Groups(
         [prompt],
