@@ -131,12 +131,37 @@ def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds()
         "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after drawing every one of the 12 "
         "training prompts (every other group was all correct or all wrong)"
     )
+    # a round that ends exactly at the last prompt has drawn one whole pass, not more: one more round
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=4, max_rounds=0)
+    sampler = ScriptedSampler(cfg, rates)
+    with pytest.raises(PodsBenchError, match="after drawing every one of the 12 training prompts"):
+        make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert [len(prompts) for prompts, _ in sampler.calls_made] == [4, 4, 4, 4]
 
 
 def test_dynamic_sampling_metric_correct_drops_all_wrong_groups_that_differ_only_in_format():
     graded = Graded(0, 0, 0, rewards=(0.0, 0.1, 0.2), correct=(0.0, 0.0, 0.0))
     assert graded.differs("reward") and not graded.differs("correct")
     assert Graded(0, 0, 0, (1.0, 0.1), (1.0, 0.0)).differs("correct")
+
+    class FormatBonus(ScriptedSampler):
+        """Scripted correctness, and a format bonus on every other rollout: rewards vary in every group."""
+
+        def sample(self, prompts, k, owners=None, repeats=1):
+            local, everyone = super().sample(prompts, k, owners, repeats)
+            bonus = [0.1 * (j % 2) for j in range(k)]
+            return local, [
+                Graded(g.prompt, g.owner, g.row, tuple(r + b for r, b in zip(g.rewards, bonus)), g.correct)
+                for g in everyone
+            ]
+
+    all_wrong = dict.fromkeys(range(NUM_PROMPTS), 0.0)
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, metric="reward")
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(FormatBonus(cfg, all_wrong))
+    assert len(batch) == 2 and (stats["num_gen_batches"], stats["groups_discarded_zero_std"]) == (1, 0)
+    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=2, max_rounds=2, when_short="train")  # "correct"
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(FormatBonus(cfg, all_wrong))
+    assert len(batch) == 0 and (stats["num_gen_batches"], stats["groups_discarded_zero_std"]) == (2, 4)
 
 
 # --- GRESO -------------------------------------------------------------------------------------------
