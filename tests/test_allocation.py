@@ -10,6 +10,7 @@ strategy, and exact resumes of their state, are in tests/test_allocation_trainin
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -352,6 +353,11 @@ def test_pilot_commit_pass_window_includes_both_ends():
     assert len(batch) == 0 and stats["prompts_buffered"] == 2  # round 1 pilots only; nothing to commit yet
     assert sorted(pc.buffer) == sorted([order[1], order[2]])
     assert pc.evicted == set()  # 7/8 is below the solve threshold 1
+    # what a checkpoint keeps of each: (prompt, step piloted, owner, pass rate, std of its correctness)
+    stds = [math.sqrt(0.125 * 0.875), math.sqrt(0.75 * 0.25)]  # a 0/1 group's std: sqrt(p (1 - p))
+    kept = pc.state_dict()["buffer"]
+    assert [entry[:4] for entry in kept] == [(order[1], 0, 0, 0.125), (order[2], 0, 0, 0.75)]
+    assert [entry[4] for entry in kept] == pytest.approx(stds)
 
 
 def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
