@@ -351,6 +351,7 @@ def test_pilot_commit_pass_window_includes_both_ends():
     pc = make_allocator(cfg, NUM_PROMPTS)
     batch, stats = pc.collect(ScriptedSampler(cfg, rates))
     assert len(batch) == 0 and stats["prompts_buffered"] == 2  # round 1 pilots only; nothing to commit yet
+    assert stats["commit_age_mean"] is None  # no commit: no age (not NaN)
     assert sorted(pc.buffer) == sorted([order[1], order[2]])
     assert pc.evicted == set()  # 7/8 is below the solve threshold 1
     # what a checkpoint keeps of each: (prompt, step piloted, owner, pass rate, std of its correctness)
@@ -434,6 +435,20 @@ def test_pilot_commit_drops_pilots_older_than_max_off_steps_and_orders_commits_b
     batch, stats = pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0), step=2))
     assert batch.prompt == [7] and stats["commit_age_mean"] == 1.0
     assert list(pc.buffer) == [6] and list(pc.pilots) == [6]
+
+
+def test_pilot_commit_age_is_the_mean_over_every_commit_of_the_step():
+    from pods_bench.allocation.pilot_commit import Buffered
+
+    order = stream_order()
+    cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3, max_rounds=2)
+    pc = make_allocator(cfg, NUM_PROMPTS)
+    old = order[5]  # not among this step's pilots, order[0:3]
+    pc.buffer, pc.pilots = {old: Buffered(0, 0, 0.5, 0.5)}, {old: scripted_pilot(old, 0)}
+    rates = dict.fromkeys(range(NUM_PROMPTS), 0.0) | {order[0]: 0.5}
+    batch, stats = pc.collect(ScriptedSampler(cfg, rates, step=2))
+    # round 1 commits the step-0 pilot (2 steps old) and pilots order[0], round 2 commits it (0 steps old)
+    assert batch.prompt == [old, order[0]] and stats["commit_age_mean"] == 1.0
 
 
 def test_pilot_commit_a_buffered_prompt_piloted_again_leaves_the_buffer_when_it_is_out_of_the_window():
