@@ -294,6 +294,8 @@ def test_dynamic_sampling_shortfall_refill_samples_the_batch_then_what_is_missin
 def test_greso_refill_round_size_follows_the_zero_variance_share():
     g = make_allocator(make_cfg("greso", P=8), NUM_PROMPTS)
     assert g.round_size(0, 8, None) == 12  # 1.5 x P
+    assert g.round_size(0, 1, 0.0) == 12  # the first round, whatever share is passed
+    assert g.round_size(1, 1, None) == 12  # no share measured yet: the largest
     assert g.round_size(1, 4, 0.5) == 10  # ceil(4 / 0.5 x 1.25)
     assert g.round_size(1, 1, 0.0) == 2  # at least P / 4
     assert g.round_size(1, 8, 1.0) == 12
