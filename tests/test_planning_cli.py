@@ -106,11 +106,14 @@ def tiny_experiment(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_them(tmp_path):
+def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_them(tmp_path, capfd):
+    from pods_bench.cli import main
+
     config, out = tiny_experiment(tmp_path), tmp_path / "profile"
-    done = pods_bench("profile", str(config), "--fit", "grpo_n4_m4,pods_n8_m2", "--steps", "4", "--rounds", "2",
-                      "--out", str(out))  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    # in this process (so that the mutation run sees it): the command line as a user types it
+    assert main(["profile", str(config), "--fit", "grpo_n4_m4,pods_n8_m2", "--steps", "4", "--rounds", "2",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert "wrote " + str(out / "step_time_model.json") in capfd.readouterr().out
     rows = pd.read_csv(out / "validation.csv").set_index("arm")
     assert rows["role"].to_dict() == {"grpo_n4_m4": "fitted", "pods_n8_m2": "fitted", "grpo_n8_m8": "held out: n, m"}
     for arm, row in rows.iterrows():
@@ -129,8 +132,8 @@ def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_t
     assert rows.loc["grpo_n8_m8", "predicted_s"] == pytest.approx(plan["grpo_n8_m8"], rel=1e-3)
     assert "fitted on grpo_n4_m4, pods_n8_m2" in pd.read_csv(tmp_path / "plan.csv")["step_time_source"][0]
     # bad input: an arm to fit on that the config does not have
-    done = pods_bench("profile", str(config), "--fit", "nope", "--out", str(tmp_path / "x"))
-    assert done.returncode != 0 and "Traceback" not in done.stderr and "--fit: no arm 'nope'" in done.stderr
+    assert main(["profile", str(config), "--fit", "nope", "--out", str(tmp_path / "x")]) == 2
+    assert "pods-bench: error: --fit: no arm 'nope'" in capfd.readouterr().err
 
 
 # --- the validation table from train logs written by hand (in-process, fast) ------------------------
@@ -287,7 +290,7 @@ def test_validation_and_memory_tables_are_written_as_csv_and_markdown(tmp_path):
 
 def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path, monkeypatch):
     from pods_bench.errors import PodsBenchError
-    from pods_bench.planning.profile import arm_configs, profile
+    from pods_bench.planning.profile import arm_configs, profile, profile_arms
 
     config, out = held_out_experiment(tmp_path), tmp_path / "profile"
     arms = arm_configs(config, out)
@@ -346,7 +349,7 @@ def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path, m
     experiment["hardware"] = "cpu"
     config.write_text(yaml.safe_dump(experiment, sort_keys=False))
     with pytest.raises(PodsBenchError) as error:
-        profile(config, out, ["grpo_n4_m4", "nope"])
+        profile(config, out, ["grpo_n4_m4", "nope"], 12, 3)
     assert str(error.value) == (
         f"--fit: no arm 'nope' in {config}; choose from grpo_n4_m4, pods_n8_m2, grpo_n8_m8, grpo_n4_m4_new4"
     )
@@ -355,3 +358,7 @@ def test_arm_configs_are_the_workflow_arms_with_the_profile_settings(tmp_path, m
             profile(config, out, None, steps, rounds)
         assert str(error.value) == f"--steps ({steps}) must be >= --rounds ({rounds}) >= 1"
     assert not (out / "runs").exists()
+    # the smallest accepted: one round, as many steps as rounds; every arm fitted unless told otherwise
+    arms, fitted = profile_arms(config, out, None, 1, 1)
+    assert fitted == list(arms) == ["grpo_n4_m4", "pods_n8_m2", "grpo_n8_m8", "grpo_n4_m4_new4"]
+    assert profile_arms(config, out, ["pods_n8_m2"], 2, 2)[1] == ["pods_n8_m2"]

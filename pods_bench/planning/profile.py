@@ -158,10 +158,16 @@ def profile_memory(config_path, out) -> list[dict]:
     return rows
 
 
-def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12, rounds: int = 3):
+def profile(config_path, out, fit_arms: list[str] | None, steps: int, rounds: int):
     """(model, validation rows); writes the files of the module docstring."""
-
     out = Path(out)
+    arms, fitted = profile_arms(config_path, out, fit_arms, steps, rounds)
+    run_interleaved(arms, steps, rounds)
+    return fit_and_validate(config_path, out, arms, fitted)
+
+
+def profile_arms(config_path, out: Path, fit_arms: list[str] | None, steps: int, rounds: int):
+    """(arm_configs, the arms to fit on: all by default), the arguments checked before anything trains."""
     arms = arm_configs(config_path, out)
     fitted = fit_arms or list(arms)
     unknown = [a for a in fitted if a not in arms]
@@ -169,8 +175,7 @@ def profile(config_path, out, fit_arms: list[str] | None = None, steps: int = 12
         raise PodsBenchError(f"--fit: no arm {unknown[0]!r} in {config_path}; choose from {', '.join(arms)}")
     if steps < rounds or rounds < 1:
         raise PodsBenchError(f"--steps ({steps}) must be >= --rounds ({rounds}) >= 1")
-    run_interleaved(arms, steps, rounds)
-    return fit_and_validate(config_path, out, arms, fitted)
+    return arms, fitted
 
 
 def fit_and_validate(config_path, out: Path, arms: dict, fitted: list[str]):
