@@ -79,7 +79,7 @@ lint: venv
 # MODULES="pods_bench/selection.py ..." runs some of them.
 mutation: venv
 	$(BIN)/pip install -q $(if $(GPU),,-c requirements/cpu.txt) -e ".[mutation]"
-	$(BIN)/python scripts/mutation.py $(if $(MODULES),--only $(MODULES))
+	$(BIN)/python scripts/mutation.py $(if $(MODULES),--only $(foreach m,$(MODULES),'$(m)'))  # quoted: allocation/* is a module name, not a glob
 
 bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
