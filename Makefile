@@ -76,10 +76,10 @@ lint: venv
 
 # How many small wrong changes to each listed module its own tests catch (mutmut; scripts/mutation.py):
 # the scores and the surviving mutants go to docs/mutation-results/; minutes per module, not in CI.
-# MODULES="pods_bench/selection.py ..." runs some of them.
+# MODULES="pods_bench/selection.py ..." runs some of them (each quoted: pods_bench/allocation/* is a name, not a glob).
 mutation: venv
 	$(BIN)/pip install -q $(if $(GPU),,-c requirements/cpu.txt) -e ".[mutation]"
-	$(BIN)/python scripts/mutation.py $(if $(MODULES),--only $(foreach m,$(MODULES),'$(m)'))  # quoted: allocation/* is a module name, not a glob
+	$(BIN)/python scripts/mutation.py $(if $(MODULES),--only $(foreach m,$(MODULES),'$(m)'))
 
 bench: venv
 	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable --benchmark-columns=min,median,mean,rounds tests/benchmarks
