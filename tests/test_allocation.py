@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from pods_bench.allocation import ALLOCATION_STRATEGIES, make_allocator
+from pods_bench.allocation.base import StepShape
 from pods_bench.allocation.vigor import VigorConfig
 from pods_bench.config import config_from_dict, validate
 from pods_bench.errors import PodsBenchError
@@ -341,6 +342,14 @@ def test_growing_groups_refuse_outcomes_out_of_the_order_asked_for():
     assert [g.prompt for g in groups.add(sampler, [1, 0], 2)] == [5, 3]  # any order asked for, kept
 
 
+def test_the_step_shape_is_the_configs_prompts_rollouts_and_groups_per_prompt():
+    from pods_bench.allocation import step_shape
+
+    selection = {"rule": "all", "n": 4, "m": 4, "groups_per_prompt": 2}
+    cfg = config_from_dict({"prompts_per_step": 3, "selection": selection, "budget": {"max_steps": 1}})
+    assert step_shape(cfg) == StepShape(prompts_per_step=3, n=4, groups_per_prompt=2)
+
+
 # --- Pilot-Commit --------------------------------------------------------------------------------------
 
 
@@ -361,6 +370,10 @@ def test_pilot_commit_pass_window_includes_both_ends():
     kept = pc.state_dict()["buffer"]
     assert [entry[:4] for entry in kept] == [(order[1], 0, 0, 0.125), (order[2], 0, 0, 0.75)]
     assert [entry[4] for entry in kept] == pytest.approx(stds)
+    resumed = make_allocator(cfg, NUM_PROMPTS)
+    pc.evicted = {order[3]}  # as if solved: a checkpoint keeps it too
+    resumed.load_state_dict(pc.state_dict())
+    assert (resumed.buffer, resumed.evicted, list(resumed.pilots)) == (pc.buffer, {order[3]}, list(pc.pilots))
 
 
 def test_pilot_commit_buffers_commits_and_evicts_by_pilot_pass_rate():
@@ -604,8 +617,13 @@ def test_pilot_commit_bad_settings_stop_with_one_line():
     # nothing ever enters the buffer: the round limit stops it
     cfg = make_cfg("pilot_commit", P=2, pilot_prompts=3, max_rounds=4)
     pc = make_allocator(cfg, NUM_PROMPTS)
-    with pytest.raises(PodsBenchError, match=r"^allocation.pilot_commit: 0 of the 2 groups .* after 4 rounds"):
+    with pytest.raises(PodsBenchError) as error:
         pc.collect(ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.0)))
+    assert str(error.value) == (
+        "allocation.pilot_commit: 0 of the 2 groups a step trains on after 4 rounds (too few piloted prompts had a "
+        "pass rate in the window); raise allocation.pilot_commit.max_rounds (0: no limit) or set "
+        "allocation.pilot_commit.when_short=train"
+    )
     with pytest.raises(PodsBenchError, match="pass window"):
         make_cfg("pilot_commit", pass_low=0.9)
 
@@ -900,6 +918,7 @@ def test_the_reward_variance_filter_keeps_the_highest_std_groups_worked_by_hand(
     assert kept_groups(stds, "top_p", 0.9, False) == [0, 2, 4]  # 0.5 + 0.5 + 0.4 = 1.4 (ties: draw order)
     assert kept_groups(stds, "top_p", 0.5, False) == [0, 4]  # 0.5 < 0.74 <= 1.0
     assert kept_groups(stds, "top_p", 1.0, True) == [0, 1, 2, 3, 4]  # RAGEN's "no filter" preset
+    assert kept_groups(stds, "top_p", 0.5, True) == [0, 4]  # zero std allowed, but top-p still filters
     assert kept_groups(stds, "top_k", 0.5, True) == [0, 4]  # int(0.5 x 5) = 2
     assert kept_groups(stds, "top_k", 1.0, False) == [0, 2, 3, 4]  # zero std excluded first
     assert kept_groups([0.0, 0.0], "top_p", 0.9, False) == []  # nothing varies: nothing trains
