@@ -107,6 +107,8 @@ def tiny_experiment(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_them(tmp_path, capfd):
+    import json
+
     from pods_bench.cli import main
 
     config, out = tiny_experiment(tmp_path), tmp_path / "profile"
@@ -114,6 +116,8 @@ def test_profile_fits_on_some_arms_and_reports_the_others_as_the_plan_predicts_t
     assert main(["profile", str(config), "--fit", "grpo_n4_m4,pods_n8_m2", "--steps", "4", "--rounds", "2",
                  "--out", str(out)]) == 0  # fmt: skip
     assert "wrote " + str(out / "step_time_model.json") in capfd.readouterr().out
+    source = json.loads((out / "step_time_model.json").read_text())["source"]
+    assert source.startswith(f"profile of {config} on ") and source.endswith(", fitted on grpo_n4_m4, pods_n8_m2")
     rows = pd.read_csv(out / "validation.csv").set_index("arm")
     assert rows["role"].to_dict() == {"grpo_n4_m4": "fitted", "pods_n8_m2": "fitted", "grpo_n8_m8": "held out: n, m"}
     for arm, row in rows.iterrows():
