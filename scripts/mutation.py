@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pods_bench.io import atomic_write_text
+from pods_bench.io import atomic_write_text, atomic_write_with
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,12 +107,14 @@ def record_score(scores: Path, row: dict) -> None:
     """`row` in place of its module's row of scores.csv, the rows in MODULES' order."""
     rows = {r["module"]: r for r in csv.DictReader(scores.open())} if scores.exists() else {}
     rows[row["module"]] = row
-    tmp = scores.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(row))
-        writer.writeheader()
-        writer.writerows(rows[m] for m in MODULES if m in rows)
-    tmp.replace(scores)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            writer.writeheader()
+            writer.writerows(rows[m] for m in MODULES if m in rows)
+
+    atomic_write_with(scores, write)
 
 
 if __name__ == "__main__":
