@@ -133,6 +133,14 @@ def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds()
         "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after drawing every one of the 12 "
         "training prompts (every other group was all correct or all wrong)"
     )
+    # GRESO's rounds end the same way, its count of training prompts in the message
+    cfg = make_cfg("greso", P=2, prompts_per_round=5, max_rounds=0)
+    with pytest.raises(PodsBenchError) as error:
+        make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+    assert str(error.value) == (
+        "allocation.greso: 1 of the 2 groups a step trains on after drawing every one of the 12 "
+        "training prompts (every other group's rewards were all equal)"
+    )
     # a round that ends exactly at the last prompt has drawn one whole pass, not more: one more round
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=4, max_rounds=0)
     sampler = ScriptedSampler(cfg, rates)
@@ -209,6 +217,38 @@ def test_greso_records_streaks_from_every_group_and_skips_at_the_rate_it_says():
                 picked.append(prompt)
         expected += picked
     assert (kept, drawn) == (expected, cursor)
+
+
+def test_greso_draws_a_number_only_for_a_prompt_it_may_skip_and_keeps_it_when_the_draw_is_below_p():
+    """A prompt off any streak (keep probability 1) is kept without a draw, so the next prompt that may
+    be skipped gets the round's next number; a draw equal to p skips (U < p has probability p)."""
+    cfg = make_cfg("greso", P=2, p_easy=0.5)
+    g = make_allocator(cfg, NUM_PROMPTS)
+    order = stream_order()
+    g.easy_streak[order[1::2]] = 2  # every second prompt drawn: keep probability 0.25; the rest 1
+    sampler, g._skipped = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5)), 0
+    kept, drawn = g.candidates(sampler, 8, 0)
+    rng, expected = np.random.default_rng([cfg.seed, 0, 0]), []  # the round's generator, by hand
+    for prompt in order:
+        if len(expected) == 8:
+            break
+        if g.easy_streak[prompt] == 0 or rng.random() < 0.25:
+            expected.append(prompt)
+    assert (kept, drawn) == (expected, order.index(expected[-1]) + 1)
+    assert kept[:3] == [order[0], order[2], order[4]] and len(set(kept) & set(order[1::2])) == 2
+
+    class Draws:  # a round generator whose every uniform draw is `value`
+        def __init__(self, value):
+            self.value = value
+
+        def random(self):
+            return self.value
+
+    g.easy_streak[:] = 1  # keep probability 0.5 everywhere
+    for value, expected_kept in [(0.5, []), (0.4999, order[:2])]:
+        sampler = ScriptedSampler(cfg, dict.fromkeys(range(NUM_PROMPTS), 0.5))
+        sampler.rng = lambda *tag, value=value: Draws(value)
+        assert g.candidates(sampler, 2, 0)[0] == expected_kept
 
 
 def test_greso_adapts_p_towards_the_target_share_from_the_second_epoch_on():
@@ -683,6 +723,14 @@ def test_hora_allocates_the_rest_of_the_budget_by_marginal_hit_utility():
     assert sampler.calls_made == [(order, 4), ([order[2]], 2), ([order[1]], 4), ([order[0]], 6)]
     assert batch.prompt == order and batch.sizes == [10, 8, 6] and sum(batch.sizes) == 3 * 8
     assert stats == {"num_gen_batches": 4, "groups_sampled": 6, "group_size_min": 6, "group_size_max": 10}
+    # n = 5: 3 extra rollouts, the top 3 marginals 5/6, 1/2, 3/14 -> (0, 2, 1): a prompt that gets none
+    # is sampled no more, one that gets a single extra rollout is
+    assert allocate([0, 2, 4], probes=4, extra=3) == [0, 2, 1]
+    cfg = make_cfg("hora", n=5, m=5, P=3, probe_rollouts=4)
+    sampler = ScriptedSampler(cfg, rates)
+    batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(sampler)
+    assert sampler.calls_made == [(order, 4), ([order[2]], 1), ([order[1]], 2)]
+    assert batch.sizes == [4, 6, 5] and stats["num_gen_batches"] == 3 and stats["groups_sampled"] == 5
 
 
 class TaggedSampler(ScriptedSampler):
@@ -948,6 +996,17 @@ def test_the_reward_variance_filter_trains_a_short_batch_and_counts_why():
     assert batch.prompt == [order[0], order[2]] and stats["groups_discarded_low_std"] == 1
     with pytest.raises(PodsBenchError, match="reward_variance_filter.value must be in"):
         make_cfg("reward_variance_filter", value=1.5)
+    # top-k with the settings handed over: pass rates 0.5, 0.375, 0.125, 1 (stds 0.5, 0.484, 0.331, 0)
+    rates = {order[0]: 0.5, order[1]: 0.375, order[2]: 0.125, order[3]: 1.0}
+    for settings, kept, zero, low in [
+        ({"keep": "top_k", "value": 0.75}, order[:3], 1, 0),  # int(0.75 x 4) = 3 (top-p 0.75 would keep 2)
+        ({"keep": "top_k", "value": 1.0, "include_zero": True}, order[:4], 0, 0),  # the zero-std group too
+        ({"keep": "top_k", "value": 1.0}, order[:3], 1, 0),
+    ]:
+        cfg = make_cfg("reward_variance_filter", P=4, **settings)
+        batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+        assert batch.prompt == kept, settings
+        assert (stats["groups_discarded_zero_std"], stats["groups_discarded_low_std"]) == (zero, low), settings
 
 
 def test_hora_allocation_matches_the_top_marginals_of_the_beta_posteriors_computed_with_scipy():
