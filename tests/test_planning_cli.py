@@ -99,6 +99,8 @@ def tiny_experiment(tmp_path: Path) -> Path:
         "model": {"name": "tiny", "tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1}},
         "sampling": {"temperature": 1.0, "max_new_tokens": 8},
         "reward": {"workers": 0},
+        # the first 64 problems: every train call renders and measures its prompts, all 10,100 took ~6 s a call
+        "task": {**config["train"]["task"], "limit": 64},
     }
     path = tmp_path / "profile_test.yaml"
     path.write_text(yaml.safe_dump(config))
