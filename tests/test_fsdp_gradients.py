@@ -228,6 +228,41 @@ def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimiz
             torch.equal(p.full_tensor(), dict(source.named_parameters())[n]) for n, p in filled.named_parameters()
         )
         assert torch.equal(filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
+        source.model.rotary_emb.inv_freq.mul_(2.0)  # rank 0's copy is its own: the whole model can go
+        assert torch.equal(2.0 * filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
         assert filled.lm_head.weight is filled.model.embed_tokens.weight  # still tied: one parameter
+    finally:
+        dist.destroy_process_group()
+
+
+def test_one_process_float32_compute_and_the_whole_gradient_a_pass_without_reduce_scatter_leaves():
+    """model.mixed_precision=no gathers float32 weights. Without the reduce-scatter after a pass (FSDP's
+    set_requires_gradient_sync(False): the ZeRO-1 layout the sharded update avoids) a process holds the
+    whole float32 gradient, 4 bytes a parameter, and gradient_bytes counts it: on the gathered parameter
+    under float32 compute, accumulated in float32 beside it under bf16 compute."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from pods_bench.checkpoint import load_policy
+    from pods_bench.sharding import gathered, gradient_bytes, shard
+    from tests.test_logprobs import make_cfg
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for precision, compute in (("no", torch.float32), ("bf16", torch.bfloat16)):
+            cfg = make_cfg("token")
+            cfg = replace(
+                cfg, model=replace(cfg.model, mixed_precision=precision), optim=replace(cfg.optim, fsdp=True)
+            )
+            policy, _ = load_policy(cfg)
+            whole = 4 * sum(p.numel() for p in policy.parameters())
+            shard(policy, cfg, torch.device("cpu"))
+            with gathered(policy, SimpleNamespace(samples_from_trainer=True)):
+                assert {p.dtype for p in policy.parameters()} == {compute}, precision
+            policy.set_requires_gradient_sync(False)
+            policy(torch.tensor([[5, 6, 7, 8]])).logits.float().sum().backward()
+            assert gradient_bytes(policy) == whole, precision
     finally:
         dist.destroy_process_group()
