@@ -7,6 +7,12 @@ The score per module (killed / (killed + survived)) goes to docs/mutation-result
 the surviving mutants, as diffs, to docs/mutation-results/<module>.survivors.txt. Not part of CI:
 it takes minutes per module on 2 cores.
 
+mutmut records only the calls made in its own process, so it never runs a test whose code runs in
+processes the test starts (torchrun, accelerate launch). For the modules of OTHER_PROCESS_TESTS,
+each mutant the in-process tests let survive is then run against those tests too, switched on in
+every process they start (see other_process_pass); the ones they catch count as killed, and
+scores.csv says how many.
+
     python scripts/mutation.py [--only pods_bench/selection.py ...] [--out docs/mutation-results]
 """
 
@@ -39,7 +45,28 @@ MODULES = {
     ],
     "pods_bench/allocation/*": ["tests/test_allocation.py"],
     "pods_bench/planning/profile.py": ["tests/test_planning_cli.py"],
-    "pods_bench/sharding.py": ["tests/test_fsdp_gradients.py", "tests/test_sharded_optimizer.py"],
+    # the in-process tests only (the others run it on several processes: OTHER_PROCESS_TESTS)
+    "pods_bench/sharding.py": [
+        "tests/test_fsdp_gradients.py::test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimizer_state",
+        "tests/test_fsdp_gradients.py::test_one_process_float32_compute_and_the_whole_gradient_a_pass_without_reduce_scatter_leaves",
+    ],
+}
+
+# module -> {its functions: the tests that run them in processes they start}; an in-process survivor
+# in one of those functions is run against those tests (about a minute each)
+OTHER_PROCESS_TESTS = {
+    "pods_bench/sharding.py": {
+        # the sharded update on two and three processes: the gradient held between passes, the float32 reduce
+        ("shard", "_fully_shard", "gradient_bytes", "total_norm"): ["tests/test_fsdp_gradients.py"],
+        # start-up, checkpoint and resume on two processes: rank 0 reads and saves, the other receives
+        (
+            "shard_from_rank0",
+            "full_model_state",
+            "full_optimizer_state",
+            "load_optimizer_state",
+            "broadcast_object",
+        ): ["tests/test_fsdp_resume.py"],
+    },
 }
 
 
@@ -75,7 +102,35 @@ def run_module(module: str, tests: list[str], scratch: Path) -> dict:
         subprocess.run([*mutmut, "show", name], cwd=copy, capture_output=True, text=True).stdout for name in survivors
     ]
     counts = {s: sum(v == s for v in status.values()) for s in ("killed", "survived", "timeout", "not checked")}
+    caught = set()
+    if module in OTHER_PROCESS_TESTS and survivors:
+        caught = other_process_pass(copy / "mutants", survivors, OTHER_PROCESS_TESTS[module])
+        diffs = [d for name, d in zip(survivors, diffs) if name not in caught]
+    counts["killed"] += len(caught)
+    counts["survived"] -= len(caught)
+    counts["of which in other processes"] = len(caught)
     return {"counts": counts, "diffs": diffs}
+
+
+def other_process_pass(mutants: Path, survivors: list[str], tests_of: dict) -> set[str]:
+    """The survivors that the tests of their function (`tests_of`) catch, each mutant switched on in
+    the pytest process and every process it starts: mutmut's trampolines read the mutant's name from
+    MUTANT_UNDER_TEST, and PYTHONPATH puts the mutated copy first. Each set of tests first runs with
+    no mutant switched on and must pass, or every mutant would look caught."""
+    from tqdm import tqdm
+
+    def fails(tests: list[str], mutant: str) -> bool:
+        env = {**os.environ, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": str(mutants)}
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+        return subprocess.run(command, cwd=mutants, env=env, capture_output=True).returncode != 0
+
+    function = lambda mutant: mutant.rsplit(".", 1)[-1].removeprefix("x_").split("__mutmut_")[0]
+    tests_for = {name: tests for names, tests in tests_of.items() for name in names}
+    for tests in tests_of.values():
+        if fails(tests, ""):
+            raise SystemExit(f"mutation: {' '.join(tests)} fail in {mutants} with no mutant switched on")
+    rerun = [m for m in survivors if function(m) in tests_for]
+    return {m for m in tqdm(rerun, desc="other processes", unit="mutant") if fails(tests_for[function(m)], m)}
 
 
 def main(argv=None) -> int:
@@ -110,7 +165,7 @@ def record_score(scores: Path, row: dict) -> None:
 
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(row))
+            writer = csv.DictWriter(f, fieldnames=list(row), restval=0)  # a column added since: 0 in older rows
             writer.writeheader()
             writer.writerows(rows[m] for m in MODULES if m in rows)
 
