@@ -74,6 +74,7 @@ record["model_bytes"] = sum(p.numel() * p.element_size() for p in fresh.paramete
 record["buffers"] = sorted(name for name, _ in policy.named_buffers())
 record["buffers_equal"] = all(torch.equal(b, fresh.get_buffer(name)) for name, b in policy.named_buffers())
 weights, optimizer = full_model_state(policy), full_optimizer_state(policy, learner.optimizer)  # on rank 0
+record["whole_state_held"] = [len(weights), len(optimizer.get("state", {}))]  # tensors; none outside rank 0
 if main:
     saved_weights = load_file(checkpoint / "model" / "model.safetensors")
     record["weights_equal"] = sorted(weights) == sorted(saved_weights) and all(
@@ -140,6 +141,8 @@ def test_a_resumed_sharded_run_holds_no_whole_copy_outside_rank_0(tmp_path):
     main, other = ranks
     assert main["weights_equal"] and main["optimizer_equal"] and main["param_groups_equal"]
     assert main["optimizer_params"] > 0  # the checkpoint holds AdamW's moments (written after steps)
+    assert main["whole_state_held"][0] > 0 and main["whole_state_held"][1] == main["optimizer_params"]
+    assert other["whole_state_held"] == [0, 0]  # saving gathers the whole state on rank 0 alone
     for r in ranks:
         assert r["tied"] and r["scheduler_equal"] and r["scheduler"]["last_epoch"] == 2
         assert r["buffers_equal"] and "model.rotary_emb.inv_freq" in r["buffers"]
