@@ -125,22 +125,18 @@ def test_dynamic_sampling_stops_with_one_line_or_trains_short_after_max_rounds()
     batch, stats = make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
     assert len(batch) == 1 and stats["num_gen_batches"] == 2
 
-    # no round limit: one pass over the data at most
-    cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=5, max_rounds=0)
-    with pytest.raises(PodsBenchError) as error:
-        make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
-    assert str(error.value) == (
-        "allocation.dynamic_sampling: 1 of the 2 groups a step trains on after drawing every one of the 12 "
-        "training prompts (every other group was all correct or all wrong)"
-    )
-    # GRESO's rounds end the same way, its count of training prompts in the message
-    cfg = make_cfg("greso", P=2, prompts_per_round=5, max_rounds=0)
-    with pytest.raises(PodsBenchError) as error:
-        make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
-    assert str(error.value) == (
-        "allocation.greso: 1 of the 2 groups a step trains on after drawing every one of the 12 "
-        "training prompts (every other group's rewards were all equal)"
-    )
+    # no round limit: one pass over the data at most (GRESO's rounds end the same way, and say so)
+    for strategy, why in [
+        ("dynamic_sampling", "every other group was all correct or all wrong"),
+        ("greso", "every other group's rewards were all equal"),
+    ]:
+        cfg = make_cfg(strategy, P=2, prompts_per_round=5, max_rounds=0)
+        with pytest.raises(PodsBenchError) as error:
+            make_allocator(cfg, NUM_PROMPTS).collect(ScriptedSampler(cfg, rates))
+        assert str(error.value) == (
+            f"allocation.{strategy}: 1 of the 2 groups a step trains on after drawing every one of the 12 "
+            f"training prompts ({why})"
+        )
     # a round that ends exactly at the last prompt has drawn one whole pass, not more: one more round
     cfg = make_cfg("dynamic_sampling", P=2, prompts_per_round=4, max_rounds=0)
     sampler = ScriptedSampler(cfg, rates)
