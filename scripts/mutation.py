@@ -117,6 +117,7 @@ def other_process_pass(mutants: Path, survivors: list[str], tests_of: dict) -> s
     the pytest process and every process it starts: mutmut's trampolines read the mutant's name from
     MUTANT_UNDER_TEST, and PYTHONPATH puts the mutated copy first. Each set of tests first runs with
     no mutant switched on and must pass, or every mutant would look caught."""
+    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
     from tqdm import tqdm
 
     def fails(tests: list[str], mutant: str) -> bool:
@@ -124,7 +125,7 @@ def other_process_pass(mutants: Path, survivors: list[str], tests_of: dict) -> s
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
         return subprocess.run(command, cwd=mutants, env=env, capture_output=True).returncode != 0
 
-    function = lambda mutant: mutant.rsplit(".", 1)[-1].removeprefix("x_").split("__mutmut_")[0]
+    function = lambda mutant: orig_function_and_class_names_from_key(mutant)[0]  # mutmut's own name parsing
     tests_for = {name: tests for names, tests in tests_of.items() for name in names}
     for tests in tests_of.values():
         if fails(tests, ""):
