@@ -133,7 +133,25 @@ def test_bf16_sharded_gradient_is_the_float32_sum_of_the_processes_bf16_passes(t
 # --- the sharding helpers on one process, in this process (fast, and every call seen by the tests) -------
 
 
-def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimizer_state():
+@pytest.fixture
+def one_process_group():
+    """A gloo process group of this process alone: the helpers' collective calls run, each shard is whole."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def sharded_cfg(precision: str):
+    """tests.test_logprobs' tiny config, fully fine-tuned with FSDP, computing in `precision` ("bf16" or "no")."""
+    from tests.test_logprobs import make_cfg
+
+    cfg = make_cfg("token")
+    return replace(cfg, model=replace(cfg.model, mixed_precision=precision), optim=replace(cfg.optim, fsdp=True))
+
+
+def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimizer_state(one_process_group):
     """FSDP2 over a one-process gloo group: the shard is the whole tensor, so every helper's answer
     is known without FSDP: the gathered weights are the float32 ones cast to bf16, the gradient held
     is 4 bytes a parameter, the full state dicts are the model's own (the tied output layer named
@@ -141,7 +159,6 @@ def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimiz
     from types import SimpleNamespace
 
     import torch
-    import torch.distributed as dist
 
     from pods_bench.checkpoint import load_policy
     from pods_bench.config import uses_fsdp
@@ -159,83 +176,75 @@ def test_one_process_shards_gathers_and_hands_back_the_whole_weights_and_optimiz
         total_norm,
         units,
     )
-    from tests.test_logprobs import make_cfg
 
-    cfg = make_cfg("token")
-    cfg = replace(cfg, model=replace(cfg.model, mixed_precision="bf16"), optim=replace(cfg.optim, fsdp=True))
+    cfg = sharded_cfg("bf16")
     plain = replace(cfg, optim=replace(cfg.optim, fsdp=False))
     assert (uses_fsdp(cfg, 2), uses_fsdp(cfg, 1), uses_fsdp(plain, 2)) == (True, False, False)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        policy, _ = load_policy(cfg)
-        whole = {name: p.detach().clone() for name, p in policy.named_parameters()}
-        assert policy.config.tie_word_embeddings and "lm_head.weight" not in whole  # one parameter, two names
-        assert not is_sharded(policy) and units(policy) == []
-        assert shard(policy, cfg, torch.device("cpu")) is policy
-        layers = decoder_layers(policy)
-        assert layers == list(policy.model.layers) and len(layers) == 2
-        assert is_sharded(policy) and units(policy) == [policy, *layers]  # one unit a layer, one for the rest
+    policy, _ = load_policy(cfg)
+    whole = {name: p.detach().clone() for name, p in policy.named_parameters()}
+    assert policy.config.tie_word_embeddings and "lm_head.weight" not in whole  # one parameter, two names
+    assert not is_sharded(policy) and units(policy) == []
+    assert shard(policy, cfg, torch.device("cpu")) is policy
+    layers = decoder_layers(policy)
+    assert layers == list(policy.model.layers) and len(layers) == 2
+    assert is_sharded(policy) and units(policy) == [policy, *layers]  # one unit a layer, one for the rest
 
-        with gathered(policy, SimpleNamespace(samples_from_trainer=False)):  # vLLM: its own weights
-            assert all(isinstance(p, torch.distributed.tensor.DTensor) for p in policy.parameters())
-        with gathered(policy, SimpleNamespace(samples_from_trainer=True)):
-            inside = dict(policy.named_parameters())
-            assert all(type(p) is torch.nn.Parameter and p.dtype == torch.bfloat16 for p in inside.values())
-            assert all(torch.equal(inside[n], w.to(torch.bfloat16)) for n, w in whole.items())
-            policy(torch.tensor([[5, 6, 7]]))  # a forward pass inside keeps them gathered
-            assert all(type(p) is torch.nn.Parameter for p in policy.parameters())
-        assert {type(p).__name__ for p in policy.parameters()} == {"DTensor"}
-        assert {p.dtype for p in policy.parameters()} == {torch.float32}
+    with gathered(policy, SimpleNamespace(samples_from_trainer=False)):  # vLLM: its own weights
+        assert all(isinstance(p, torch.distributed.tensor.DTensor) for p in policy.parameters())
+    with gathered(policy, SimpleNamespace(samples_from_trainer=True)):
+        inside = dict(policy.named_parameters())
+        assert all(type(p) is torch.nn.Parameter and p.dtype == torch.bfloat16 for p in inside.values())
+        assert all(torch.equal(inside[n], w.to(torch.bfloat16)) for n, w in whole.items())
+        policy(torch.tensor([[5, 6, 7]]))  # a forward pass inside keeps them gathered
+        assert all(type(p) is torch.nn.Parameter for p in policy.parameters())
+    assert {type(p).__name__ for p in policy.parameters()} == {"DTensor"}
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}
 
-        assert gradient_bytes(policy) == 0
-        policy(torch.tensor([[5, 6, 7, 8]])).logits.float().sum().backward()
-        assert gradient_bytes(policy) == 4 * sum(w.numel() for w in whole.values())  # one process: all of it
-        grads = {n: p.grad.full_tensor().clone() for n, p in policy.named_parameters()}
-        by_hand = float(torch.cat([g.flatten() for g in grads.values()]).double().norm())
-        assert total_norm(torch.nn.utils.clip_grad_norm_(policy.parameters(), 1e9)) == pytest.approx(
-            by_hand, rel=1e-5
-        )  # float32 sums
-        assert total_norm(torch.tensor(2.5)) == 2.5
+    assert gradient_bytes(policy) == 0
+    policy(torch.tensor([[5, 6, 7, 8]])).logits.float().sum().backward()
+    assert gradient_bytes(policy) == 4 * sum(w.numel() for w in whole.values())  # one process: all of it
+    grads = {n: p.grad.full_tensor().clone() for n, p in policy.named_parameters()}
+    by_hand = float(torch.cat([g.flatten() for g in grads.values()]).double().norm())
+    assert total_norm(torch.nn.utils.clip_grad_norm_(policy.parameters(), 1e9)) == pytest.approx(
+        by_hand, rel=1e-5
+    )  # float32 sums
+    assert total_norm(torch.tensor(2.5)) == 2.5
 
-        state = full_model_state(policy)
-        assert sorted(state) == sorted(whole) and all(torch.equal(state[n], w) for n, w in whole.items())
+    state = full_model_state(policy)
+    assert sorted(state) == sorted(whole) and all(torch.equal(state[n], w) for n, w in whole.items())
 
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=0.1)
-        assert full_optimizer_state(policy, optimizer) == optimizer.state_dict()  # no step yet: no state made
-        fresh = full_optimizer_state(policy, optimizer)
-        optimizer.step()
-        saved = full_optimizer_state(policy, optimizer)
-        assert sorted(saved["state"]) == sorted(whole)
-        for name, g in grads.items():
-            assert torch.allclose(saved["state"][name]["exp_avg"], 0.1 * g, rtol=1e-6, atol=0), name
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=0.1)
+    assert full_optimizer_state(policy, optimizer) == optimizer.state_dict()  # no step yet: no state made
+    fresh = full_optimizer_state(policy, optimizer)
+    optimizer.step()
+    saved = full_optimizer_state(policy, optimizer)
+    assert sorted(saved["state"]) == sorted(whole)
+    for name, g in grads.items():
+        assert torch.allclose(saved["state"][name]["exp_avg"], 0.1 * g, rtol=1e-6, atol=0), name
 
-        policy.zero_grad(set_to_none=True)  # as on resume: no gradients yet
-        again = torch.optim.AdamW(policy.parameters(), lr=0.1)
-        load_optimizer_state(policy, again, fresh)
-        assert again.state_dict()["state"] == {}  # saved before the first step: left fresh
-        load_optimizer_state(policy, again, saved)
-        restored = full_optimizer_state(policy, again)["state"]
-        assert all(torch.equal(restored[n]["exp_avg_sq"], saved["state"][n]["exp_avg_sq"]) for n in whole)
-        assert broadcast_object({"rank 0": [1, 2]}) == {"rank 0": [1, 2]}
+    policy.zero_grad(set_to_none=True)  # as on resume: no gradients yet
+    again = torch.optim.AdamW(policy.parameters(), lr=0.1)
+    load_optimizer_state(policy, again, fresh)
+    assert again.state_dict()["state"] == {}  # saved before the first step: left fresh
+    load_optimizer_state(policy, again, saved)
+    restored = full_optimizer_state(policy, again)["state"]
+    assert all(torch.equal(restored[n]["exp_avg_sq"], saved["state"][n]["exp_avg_sq"]) for n in whole)
+    assert broadcast_object({"rank 0": [1, 2]}) == {"rank 0": [1, 2]}
 
-        # built on the meta device and filled from rank 0's whole model: its weights, its rotary buffers
-        source, _ = load_policy(cfg)
-        source.model.rotary_emb.inv_freq.mul_(3.0)  # a buffer outside the state dict, told apart
-        empty, _ = load_policy(cfg, meta=True)
-        filled = shard_from_rank0(empty, source, cfg, torch.device("cpu"))
-        assert filled is empty and units(filled) == [filled, *decoder_layers(filled)]
-        assert all(
-            torch.equal(p.full_tensor(), dict(source.named_parameters())[n]) for n, p in filled.named_parameters()
-        )
-        assert torch.equal(filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
-        source.model.rotary_emb.inv_freq.mul_(2.0)  # rank 0's copy is its own: the whole model can go
-        assert torch.equal(2.0 * filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
-        assert filled.lm_head.weight is filled.model.embed_tokens.weight  # still tied: one parameter
-    finally:
-        dist.destroy_process_group()
+    # built on the meta device and filled from rank 0's whole model: its weights, its rotary buffers
+    source, _ = load_policy(cfg)
+    source.model.rotary_emb.inv_freq.mul_(3.0)  # a buffer outside the state dict, told apart
+    empty, _ = load_policy(cfg, meta=True)
+    filled = shard_from_rank0(empty, source, cfg, torch.device("cpu"))
+    assert filled is empty and units(filled) == [filled, *decoder_layers(filled)]
+    assert all(torch.equal(p.full_tensor(), dict(source.named_parameters())[n]) for n, p in filled.named_parameters())
+    assert torch.equal(filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
+    source.model.rotary_emb.inv_freq.mul_(2.0)  # rank 0's copy is its own: the whole model can go
+    assert torch.equal(2.0 * filled.model.rotary_emb.inv_freq, source.model.rotary_emb.inv_freq)
+    assert filled.lm_head.weight is filled.model.embed_tokens.weight  # still tied: one parameter
 
 
-def test_one_process_float32_compute_and_the_whole_gradient_a_pass_without_reduce_scatter_leaves():
+def test_one_process_float32_compute_and_the_whole_gradient_a_pass_without_reduce_scatter_leaves(one_process_group):
     """model.mixed_precision=no gathers float32 weights. Without the reduce-scatter after a pass (FSDP's
     set_requires_gradient_sync(False): the ZeRO-1 layout the sharded update avoids) a process holds the
     whole float32 gradient, 4 bytes a parameter, and gradient_bytes counts it: on the gathered parameter
@@ -243,26 +252,17 @@ def test_one_process_float32_compute_and_the_whole_gradient_a_pass_without_reduc
     from types import SimpleNamespace
 
     import torch
-    import torch.distributed as dist
 
     from pods_bench.checkpoint import load_policy
     from pods_bench.sharding import gathered, gradient_bytes, shard
-    from tests.test_logprobs import make_cfg
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        for precision, compute in (("no", torch.float32), ("bf16", torch.bfloat16)):
-            cfg = make_cfg("token")
-            cfg = replace(
-                cfg, model=replace(cfg.model, mixed_precision=precision), optim=replace(cfg.optim, fsdp=True)
-            )
-            policy, _ = load_policy(cfg)
-            whole = 4 * sum(p.numel() for p in policy.parameters())
-            shard(policy, cfg, torch.device("cpu"))
-            with gathered(policy, SimpleNamespace(samples_from_trainer=True)):
-                assert {p.dtype for p in policy.parameters()} == {compute}, precision
-            policy.set_requires_gradient_sync(False)
-            policy(torch.tensor([[5, 6, 7, 8]])).logits.float().sum().backward()
-            assert gradient_bytes(policy) == whole, precision
-    finally:
-        dist.destroy_process_group()
+    for precision, compute in (("no", torch.float32), ("bf16", torch.bfloat16)):
+        cfg = sharded_cfg(precision)
+        policy, _ = load_policy(cfg)
+        whole = 4 * sum(p.numel() for p in policy.parameters())
+        shard(policy, cfg, torch.device("cpu"))
+        with gathered(policy, SimpleNamespace(samples_from_trainer=True)):
+            assert {p.dtype for p in policy.parameters()} == {compute}, precision
+        policy.set_requires_gradient_sync(False)
+        policy(torch.tensor([[5, 6, 7, 8]])).logits.float().sum().backward()
+        assert gradient_bytes(policy) == whole, precision
