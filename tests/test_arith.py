@@ -60,6 +60,17 @@ def test_generation_is_deterministic_per_seed(splits):
     assert other.load("test") == test  # the test split is fixed, whatever the seed
 
 
+def test_a_limit_generates_the_same_first_problems_alone(splits):
+    """`task.limit` and `eval.n_problems` make only the first problems: the same problems, ids and
+    order as the first of the whole split, also for the test split, whose generation skips repeated
+    questions (a seed not loaded before, so that nothing comes from the cache)."""
+    train, test = splits
+    task = ArithTask(seed=5)
+    assert task.load_first("train", 64) == task.load("train")[:64] and task.load_first("test", 300) == test[:300]
+    assert task.load_first("test", 5000) == test  # a limit above the split's size: the whole split
+    assert load_problems("arith", "train", limit=0) == []
+
+
 def test_splits_are_disjoint_by_arithmetic(splits):
     train, test = splits
     assert not {think_of(p.solution) for p in train} & {think_of(p.solution) for p in test}

@@ -40,6 +40,12 @@ class Task:
     def load(self, split: str, data_dir: str | Path | None = None) -> list[Problem]:
         raise NotImplementedError
 
+    def load_first(self, split: str, count: int | None, data_dir: str | Path | None = None) -> list[Problem]:
+        """The split's first `count` problems (None: all of them). A task that can make a prefix
+        without the rest (a generated one) overrides this."""
+        problems = self.load(split, data_dir)
+        return problems if count is None else problems[:count]
+
 
 TASKS: dict[str, Task] = {}
 
@@ -69,5 +75,4 @@ def load_problems(
 ) -> list[Problem]:
     if limit is not None and limit < 0:
         raise PodsBenchError(f"problem limit must be >= 0, got {limit}")
-    problems = get_task(name).load(split, data_dir)
-    return problems if limit is None else problems[:limit]
+    return get_task(name).load_first(split, limit, data_dir)
