@@ -44,6 +44,7 @@ SHORT_STEPS_SMOKE = {
     "seeds": [0],
     "warm_start": TEST_WARM_START,  # built once for the test run, given to both workflows
     "train": {
+        "task": {"limit": 64},  # a training job renders 64 prompts, not the split's 20,000
         "budget": {"max_train_time_s": None, "max_steps": 6, "checkpoint_every_steps": 2, "checkpoint_every_s": 3600},
         "eval": {"n_problems": 20, "inline": False},  # the separate evaluation job is under test too
         # math-verify's timeouts are wall-clock: on a busy machine a parse can pass the default 1 s in

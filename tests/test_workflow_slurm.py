@@ -40,6 +40,7 @@ SHORT_STEPS_SMOKE = {
     "seeds": [0],
     "warm_start": {"name": "arith-tiny-slurm-test", "steps": 2},  # the model's skill is not under test
     "train": {
+        "task": {"limit": 64},  # a training job renders 64 prompts, not the split's 20,000
         "budget": {
             "max_train_time_s": None,
             "max_steps": MAX_STEPS,
