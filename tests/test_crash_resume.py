@@ -179,11 +179,21 @@ def test_kill_9_at_ten_moments_loses_and_duplicates_nothing(kill_chains):
 
 # --- the allocation strategies' per-prompt state -------------------------------------------------
 
-# hits count within each attempt; checkpoints every 2 steps: killed in step 4, in writing step 6's checkpoint
-# and in step 7, so the three resumes start from steps 2, 4 and 6, each with a filled state. VIGOR and
-# HORA generate a step in rounds: killed 250 ms (VIGOR, 64 rollouts) or 60 ms (HORA, 32) into step 4's
-# generation, the kill lands inside its rounds
-GENERATION_KILL_DELAY_MS = {"pilot_commit": 80, "vigor": 250, "hora": 60}
+# hits count within each attempt; checkpoints every 2 steps. Pilot-Commit, whose state crosses steps: killed
+# in step 4, in writing step 6's checkpoint and in step 7, so the three resumes start from steps 2, 4 and 6,
+# each with a filled state. VIGOR and HORA keep no state between steps (a kill in a checkpoint write or an
+# update resumes them as any run: the ten moments above) but generate a step in rounds: killed 250 ms
+# (VIGOR, 64 rollouts) or 60 ms (HORA, 32) into step 4's generation, the kill lands inside its rounds
+KILLS_OF = {
+    "pilot_commit": ["gen:4:80", "checkpoint:2:0", "update:3:50"],
+    "vigor": ["gen:4:250"],
+    "hora": ["gen:4:60"],
+}
+RESUMED_FROM = {
+    "pilot_commit": ["step-000002", "step-000004", "step-000006"],
+    "vigor": ["step-000002"],
+    "hora": ["step-000002"],
+}
 STRATEGY_SETTINGS = {
     "pilot_commit": {
         "selection": {"rule": "max_variance", "n": 8, "m": 4},
@@ -196,8 +206,8 @@ STRATEGY_SETTINGS = {
 
 
 def kill_and_resume(strategy: str, folder: Path, data_dir, smoke_model_dir) -> Path:
-    """A straight run of `strategy` in folder/straight, and its twin in folder/killed killed 3 times
-    and resumed (the straight run beside the kills); `folder`."""
+    """A straight run of `strategy` in folder/straight, and its twin in folder/killed killed at
+    KILLS_OF[strategy] and resumed after each (the straight run beside the kills); `folder`."""
     paths = {}
     for name in ("straight", "killed"):
         cfg = tiny_run(
@@ -217,7 +227,7 @@ def kill_and_resume(strategy: str, folder: Path, data_dir, smoke_model_dir) -> P
         paths[name].write_text(yaml.safe_dump(cfg))
 
     with straight_run_beside(paths["straight"], folder / "straight.log"):
-        for spec in [f"gen:4:{GENERATION_KILL_DELAY_MS[strategy]}", "checkpoint:2:0", "update:3:50"]:
+        for spec in KILLS_OF[strategy]:
             proc = start_training(paths["killed"], {"PODS_BENCH_KILL_AT": spec})
             _, err = proc.communicate(timeout=900)
             assert proc.returncode == -signal.SIGKILL, (
@@ -231,11 +241,12 @@ def kill_and_resume(strategy: str, folder: Path, data_dir, smoke_model_dir) -> P
 
 @pytest.fixture(scope="module")
 def kill_chains(tmp_path_factory, data_dir, smoke_model_dir) -> dict[str, Future]:
-    """Every kill -9 chain of this file with its straight twin, the chains side by side: one-thread
-    trainers started one after another kept 0.9-1.2 of 2 cores busy (measured), and no record
-    depends on time. "ten_moments" or a strategy -> the future of its chain's result; a chain's
-    failure is raised in its own test."""
-    with ThreadPoolExecutor(max_workers=1 + len(STRATEGY_SETTINGS)) as pool:
+    """Every kill -9 chain of this file with its straight twin, two chains at a time: the ten moments'
+    chain, and beside it the strategies' chains one after another (no record depends on time). Each
+    chain is two one-thread trainers at once; all four chains at once made eight, which starved the
+    test worker beside this one (a calibration there timed its steps 4x slower). "ten_moments" or a
+    strategy -> the future of its chain's result; a chain's failure is raised in its own test."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
         chains = {"ten_moments": pool.submit(kill_at_ten_moments, tmp_path_factory.mktemp("ten_moments"), data_dir)}
         for strategy in STRATEGY_SETTINGS:
             folder = tmp_path_factory.mktemp(strategy)
@@ -247,9 +258,9 @@ def kill_chains(tmp_path_factory, data_dir, smoke_model_dir) -> dict[str, Future
 # a kill inside a step's rounds of sampling must resume as if it never happened
 @pytest.mark.parametrize("strategy", list(STRATEGY_SETTINGS))
 def test_kill_9_resumes_the_allocation_state_exactly(kill_chains, strategy):
-    """A strategy (Pilot-Commit's buffer of pilot rollouts and its evicted prompts; VIGOR's and
-    HORA's rounds within a step) killed 3 times: the resumed run's log, final state and weights equal
-    a straight run's. The warm-started model, so that groups are mixed and the state fills."""
+    """A strategy killed (Pilot-Commit's buffer of pilot rollouts and its evicted prompts, 3 times;
+    VIGOR's and HORA's rounds within a step, once inside them): the resumed run's log, final state and
+    weights equal a straight run's. The warm-started model, so that groups are mixed and the state fills."""
     folder = kill_chains[strategy].result()
     import torch
 
@@ -259,7 +270,7 @@ def test_kill_9_resumes_the_allocation_state_exactly(kill_chains, strategy):
     )
     info = json.loads((killed / "run.json").read_text())
     resumed_from = [r["checkpoint"] for r in info["resumed"]]
-    assert resumed_from == ["step-000002", "step-000004", "step-000006"]
+    assert resumed_from == RESUMED_FROM[strategy]
     final = "checkpoints/step-000010"
     state = lambda run: torch.load(run / final / "rank-0.pt", weights_only=False)["allocation"]
     assert state(killed) == state(straight)
