@@ -46,7 +46,13 @@ SHORT_SMOKE = {
     "seeds": [0, 1],
     "warm_start": TEST_WARM_START,
     "budget_in_baseline_steps": {"steps": 3, "checkpoints": 2, "timed_steps": 1},
-    "train": {"eval": {"n_problems": 20}},
+    "train": {
+        "task": {"limit": 64},  # a training job renders 64 prompts, not the split's 20,000
+        # the cap on the calibrated budget (3 steps: ~10 s here): a calibration timed beside other heavy
+        # tests once measured 48 s a step, and four runs of that budget took the test from 4 to 10 minutes
+        "budget": {"max_train_time_s": 30},
+        "eval": {"n_problems": 20},
+    },
 }
 
 
@@ -139,23 +145,19 @@ SHORT_STRATEGIES = {
     "train": {
         "budget": {"max_train_time_s": None, "max_steps": 2, "checkpoint_every_s": 3600},
         "eval": {"n_problems": 10},
-        "allocation": {"dynamic_sampling": {"when_short": "train"}, "pilot_commit": {"when_short": "train"}},
     },
     "budget_in_baseline_steps": None,  # two steps, not seconds (the calibration: the smoke's test)
     "resources": {"train": {"runtime_min": 10}},
 }
 
 
-# Arms of config/strategies.yaml that the end-to-end run trains: the baseline, a strategy with state
-# across steps and a selection rule inside, and RAGEN-2's filter (batches shorter than P). Every arm's
-# config is resolved by the dry runs (tests/test_workflow.py) and every strategy, groups of different
-# sizes (VIGOR, HORA) included, trains in tests/test_allocation_training.py or
-# tests/test_results_format.py.
-STRATEGY_ARMS_RUN = (
-    "grpo_n16_m16",
-    "pilot_commit_pods_n16_m8",
-    "ragen_filter_n16_m16",
-)
+# Arms of config/strategies.yaml that the end-to-end run trains: the baseline and RAGEN-2's filter, a
+# strategy whose batches are shorter than P and whose discarded groups the waste table counts. Every
+# arm's config is resolved by the dry runs (tests/test_workflow.py); every strategy, groups of different
+# sizes (VIGOR, HORA) and Pilot-Commit with a selection rule inside included, trains in
+# tests/test_allocation_training.py, tests/test_results_format.py or tests/test_crash_resume.py (each
+# arm reaches the trainer as the filter's does here: `--set allocation.strategy=...`).
+STRATEGY_ARMS_RUN = ("grpo_n16_m16", "ragen_filter_n16_m16")
 
 
 def test_strategies_benchmark_end_to_end(tmp_path, data_dir, warm_start_seed0):
