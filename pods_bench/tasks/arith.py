@@ -124,8 +124,11 @@ class ArithTask(Task):
         first `count` problems are generated alone: a run on `task.limit` problems, or an evaluation of
         `eval.n_problems`, skips the rest of the ~20,000 (~0.6 s in every process that loads them)."""
         self.check_split(split)
-        size = self.test_size if split == "test" else self.train_size
+        size = self.size_of(split)
         return list(self._generated(split, size if count is None else min(count, size)))
+
+    def size_of(self, split: str) -> int:
+        return self.test_size if split == "test" else self.train_size
 
     @functools.lru_cache(maxsize=16)  # noqa: B019 (tasks are few, frozen and live as long as the process)
     def _generated(self, split: str, count: int) -> tuple[Problem, ...]:
@@ -182,13 +185,12 @@ class ArithTask(Task):
         rng = random.Random(f"{self.name}-{split}-{seed}")
         problems: list[Problem] = []
         seen: set[str] = set()
-        attempts = 0
-        size = self.test_size if split == "test" else self.train_size
+        # a too-small problem space fails loudly instead of looping (bounded by the whole split's size,
+        # so that a prefix never fails where the whole split would not)
+        attempts, max_attempts = 0, 100 * self.size_of(split)
         while len(problems) < count:
             attempts += 1
-            # a too-small problem space fails loudly instead of looping (bounded by the whole split's
-            # size, so that a prefix never fails where the whole split would not)
-            if attempts > 100 * size:
+            if attempts > max_attempts:
                 raise PodsBenchError(
                     f"task {self.name!r}: cannot draw {count} distinct {split} problems; lower the size"
                 )
