@@ -9,6 +9,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -99,30 +100,36 @@ def test_every_experiment_config_is_covered():
     assert experiments == set(EXPECTED_JOBS)
 
 
-def test_dry_runs_show_the_expected_jobs(tmp_path):
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every experiment config dry-run once, with its shell commands (two at a time), for the tests
+    below: config name -> the dry run in its own empty folder. smoke's is the workflow run with no
+    config file at all: the default target is the smoke experiment."""
+
     def dry_run(name):
-        workdir = tmp_path / name
-        workdir.mkdir()
-        return name, snakemake(workdir, "-n", "--configfile", str(CONFIG_DIR / f"{name}.yaml"))
+        workdir = tmp_path_factory.mktemp(f"dry-run-{name}")
+        configs = [] if name == "smoke" else ["--configfile", str(CONFIG_DIR / f"{name}.yaml")]
+        return name, snakemake(workdir, "-n", "--printshellcmds", *configs)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = dict(pool.map(dry_run, EXPECTED_JOBS))
-    for name, out in results.items():
+        return dict(pool.map(dry_run, EXPECTED_JOBS))
+
+
+def test_dry_runs_show_the_expected_jobs(dry_runs):
+    for name, out in dry_runs.items():
         assert out.returncode == 0, f"{name}:\n{out.stdout}\n{out.stderr}"
         assert job_counts(out.stdout) == EXPECTED_JOBS[name], name
-        assert not (tmp_path / name / "results").exists(), f"{name}: a dry run wrote results"
+        workdir = Path(out.args[out.args.index("--directory") + 1])
+        assert not (workdir / "results").exists(), f"{name}: a dry run wrote results"
 
 
-def test_default_target_is_the_smoke_experiment(tmp_path):
-    out = snakemake(tmp_path, "-n")
-    assert out.returncode == 0, out.stderr
-    assert job_counts(out.stdout) == EXPECTED_JOBS["smoke"]
-    assert "results/smoke/runs/pods_n16_m8/seed3/train.done" in out.stdout
+def test_default_target_is_the_smoke_experiment(dry_runs):
+    assert "--configfile" not in dry_runs["smoke"].args
+    assert "results/smoke/runs/pods_n16_m8/seed3/train.done" in dry_runs["smoke"].stdout
 
 
-def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):
-    out = snakemake(tmp_path, "-n", "--printshellcmds", "--configfile", str(CONFIG_DIR / "h100x8.yaml"))
-    assert out.returncode == 0, out.stderr
+def test_training_jobs_get_the_arm_settings_and_hardware_resources(dry_runs):
+    out = dry_runs["h100x8"]
     shell = [line for line in out.stdout.splitlines() if " train --config " in line]
     assert len(shell) == 10
     pods = next(line for line in shell if "arm=pods_n128_m32" in line and "seed=21" in line)
@@ -140,10 +147,9 @@ def test_training_jobs_get_the_arm_settings_and_hardware_resources(tmp_path):
     assert "gpu=8" in out.stdout and "gpu_model=h100" in out.stdout and "runtime=105" in out.stdout
 
 
-def test_each_run_seed_starts_from_its_warm_start(tmp_path):
+def test_each_run_seed_starts_from_its_warm_start(dry_runs):
     # config/strategies.yaml: warm_start.seeds [0, 1], so even run seeds start from the first, odd from the second
-    out = snakemake(tmp_path, "-n", "--printshellcmds", "--configfile", str(CONFIG_DIR / "strategies.yaml"))
-    assert out.returncode == 0, out.stderr
+    out = dry_runs["strategies"]
     pretrain = sorted(
         line.split(" pretrain ")[1].split(" 2>&1")[0] for line in out.stdout.splitlines() if " pretrain --out " in line
     )
