@@ -24,7 +24,6 @@ from pods_bench import workflow_jobs as jobs
 from pods_bench import slurm
 from pods_bench.errors import PodsBenchError
 from pods_bench.model_sources import is_gguf
-from pods_bench.planning.plan import check_fits
 from pods_bench.pretrain import PretrainConfig
 
 ROOT = Path(workflow.basedir)
@@ -85,6 +84,10 @@ checked(experiment_settings.check_benchmarks, EXPERIMENT)
 # the settings shared by every arm, and arm -> the trainer config of its first seed with defaults
 # filled in (for resources and the manifest)
 TRAIN_SETTINGS, RESOLVED = checked(experiment_settings.resolve_runs, EXPERIMENT, HARDWARE, ROOT)
+# imported where it is first used: the plan imports torch (~2.5 s), so a config the schema, experiment,
+# hardware or benchmark checks above reject stops without it
+from pods_bench.planning.plan import check_fits
+
 for _warning in checked(check_fits, RESOLVED, HARDWARE, EXPERIMENT.hardware):
     print(f"pods-bench workflow: warning: {_warning}", file=sys.stderr)
 WARM_START = EXPERIMENT.warm_start
