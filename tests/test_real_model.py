@@ -201,7 +201,7 @@ def overlay(hardware: str, steps: int) -> dict:
             "engine": {"name": "hf"},
             "sampling": {"max_new_tokens": 12},
             # math-verify's timeouts are wall-clock: beside the other test worker a parse can pass the
-            # default 1 s (counted in reward_failures), as it never does on an idle machine
+            # default 1 s, and reward_failures then counts it
             "reward": {"workers": 1, "timeout_s": 10},
             "budget": {"max_train_time_s": None, "max_steps": steps},
             "eval": {"n_problems": 2, "repeats": 1, "max_new_tokens": 12},
