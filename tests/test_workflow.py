@@ -124,12 +124,15 @@ def test_dry_runs_show_the_expected_jobs(dry_runs):
 
 
 def test_default_target_is_the_smoke_experiment(dry_runs):
-    assert "--configfile" not in dry_runs["smoke"].args
-    assert "results/smoke/runs/pods_n16_m8/seed3/train.done" in dry_runs["smoke"].stdout
+    out = dry_runs["smoke"]  # the workflow run with no config file
+    assert out.returncode == 0, out.stderr
+    assert job_counts(out.stdout) == EXPECTED_JOBS["smoke"]
+    assert "results/smoke/runs/pods_n16_m8/seed3/train.done" in out.stdout
 
 
 def test_training_jobs_get_the_arm_settings_and_hardware_resources(dry_runs):
     out = dry_runs["h100x8"]
+    assert out.returncode == 0, out.stderr
     shell = [line for line in out.stdout.splitlines() if " train --config " in line]
     assert len(shell) == 10
     pods = next(line for line in shell if "arm=pods_n128_m32" in line and "seed=21" in line)
@@ -150,6 +153,7 @@ def test_training_jobs_get_the_arm_settings_and_hardware_resources(dry_runs):
 def test_each_run_seed_starts_from_its_warm_start(dry_runs):
     # config/strategies.yaml: warm_start.seeds [0, 1], so even run seeds start from the first, odd from the second
     out = dry_runs["strategies"]
+    assert out.returncode == 0, out.stderr
     pretrain = sorted(
         line.split(" pretrain ")[1].split(" 2>&1")[0] for line in out.stdout.splitlines() if " pretrain --out " in line
     )
